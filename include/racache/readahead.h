@@ -1,0 +1,160 @@
+/* ra-cache: the readahead engine.
+ *
+ * Pure decision logic: given a stream state, a client access and a small
+ * query interface to the page cache, decide which window to read.  No
+ * threads, no nbdkit, no I/O.  The words used here (page, request,
+ * req_count, window, sync part, async part, marker, stream state) have
+ * exactly the meanings given in readahead-spec.md and in the big picture
+ * comment at the top of src/readahead.c.
+ */
+#ifndef RACACHE_READAHEAD_H
+#define RACACHE_READAHEAD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* A page index: byte offset / page size. */
+typedef uint64_t ra_pgoff;
+
+#define RA_NO_MARKER UINT64_MAX
+
+/* Largest chunk of a forced readahead (NBD_CMD_CACHE), in bytes. */
+#define RA_FORCED_CHUNK_BYTES (2u * 1024 * 1024)
+
+/* Which branch of ondemand() produced a window. */
+enum ra_branch {
+  RA_NONE = 0,      /* no readahead (branch C found no hole, or ra off) */
+  RA_A_INITIAL,     /* A: read at page 0 */
+  RA_B_SEQUENTIAL,  /* B: the expected page: push the window forward */
+  RA_C_INTERLEAVED, /* C: marker found, state belongs to another stream */
+  RA_D_OVERSIZE,    /* D: request larger than the largest window */
+  RA_E_SEQ_MISS,    /* E: sequential miss next to prev_pos */
+  RA_F_CONTEXT,     /* F: context readahead from cached history */
+  RA_G_RANDOM,      /* G: random read: exactly the request, no marker */
+  RA_FORCED,        /* forced readahead (NBD_CMD_CACHE), no marker */
+  RA_OFF,           /* ra_max == 0: exactly the request, no marker */
+  RA_NR_BRANCHES
+};
+
+/* Short name of a branch ("A" .. "G", "forced", "off", "none"). */
+const char *ra_branch_name (enum ra_branch b);
+
+/* Stream state: one per NBD connection (the kernel keeps one per open
+ * file).  start/size/async_size describe the most recent window as the
+ * kernel records it (not clamped to the end of the export).
+ */
+struct ra_state {
+  ra_pgoff start;
+  ra_pgoff size;
+  ra_pgoff async_size;
+  uint64_t prev_pos;    /* byte after the end of the last read */
+  bool prev_valid;      /* false until the first read completes */
+};
+
+/* Engine parameters.  Sizes in pages except where said. */
+struct ra_params {
+  unsigned page_shift;  /* log2 of the page size */
+  ra_pgoff ra_max;      /* largest window (kernel ra_pages); 0 = off */
+  ra_pgoff io_max;      /* largest backend request (kernel io_pages), >= 1 */
+  uint64_t export_size; /* bytes */
+};
+
+/* Pages in the export (the last page may be partly outside it). */
+static inline ra_pgoff
+ra_nr_pages (const struct ra_params *p)
+{
+  uint64_t ps = UINT64_C(1) << p->page_shift;
+  return p->export_size / ps + (p->export_size % ps != 0);
+}
+
+/* The page cache as the engine sees it.  "cached" means present in any
+ * state (in flight or up to date), as the kernel's page cache lookup.
+ * Pages at or past the end of the export are never cached.
+ */
+struct ra_cache_ops {
+  bool (*cached) (void *opaque, ra_pgoff index);
+  /* Optional (derived from cached() when NULL): the first page in
+   * [index, index + max) that is not cached, or index + max if all are.
+   */
+  ra_pgoff (*next_hole) (void *opaque, ra_pgoff index, ra_pgoff max);
+  /* Optional (derived from cached() when NULL): the number of contiguous
+   * cached pages just before index, looking back at most max pages.
+   */
+  ra_pgoff (*history) (void *opaque, ra_pgoff index, ra_pgoff max);
+};
+
+/* A window to read, clamped to the end of the export.  Its first
+ * size - async_size pages are the sync part, the last async_size pages
+ * the async part.  marker is the first page of the async part (before
+ * clamping), or RA_NO_MARKER when there is none inside the export.
+ */
+struct ra_window {
+  enum ra_branch branch;
+  ra_pgoff start;
+  ra_pgoff size;
+  ra_pgoff async_size;
+  ra_pgoff marker;
+};
+
+void ra_state_init (struct ra_state *ra);
+
+/* Sizing helpers of the spec (in pages). */
+ra_pgoff ra_init_size (ra_pgoff req, ra_pgoff max);
+ra_pgoff ra_next_size (ra_pgoff cur, ra_pgoff max);
+
+/* ondemand(index, marker, req): decide the window for a sync trigger
+ * (marker == false: page index is not cached) or an async trigger
+ * (marker == true: page index carried the marker, which the caller has
+ * cleared).  req is req_count: the pages of the request from index.
+ * Updates the stream state as the spec says and returns the window to
+ * submit; w->size == 0 means nothing to read.
+ */
+void ra_ondemand (struct ra_state *ra, const struct ra_params *p,
+                  const struct ra_cache_ops *cache, void *opaque,
+                  ra_pgoff index, bool marker, ra_pgoff req,
+                  struct ra_window *w);
+
+/* Forced readahead for NBD_CMD_CACHE: the next chunk (at most 2 MiB,
+ * at least one page) of [index, last), no marker, no stream state.
+ * Returns false when index >= last (or past the export).
+ */
+bool ra_forced (const struct ra_params *p, ra_pgoff index, ra_pgoff last,
+                struct ra_window *w);
+
+/* Record a completed client read: prev_pos is the byte after it. */
+void ra_update_prev_pos (struct ra_state *ra, uint64_t end_byte);
+
+/* Submitting a window: walk its pages; a page already cached is skipped
+ * (it ends the current batch); each new page is inserted (not up to date)
+ * with the marker on the window's marker page; each contiguous run of new
+ * pages becomes batches of at most io_max pages.  A batch never mixes the
+ * sync part and the async part.
+ */
+struct ra_submit_ops {
+  /* Insert page index if absent; return true if this call inserted it. */
+  bool (*insert) (void *opaque, ra_pgoff index, bool marker, bool async);
+  /* A batch of newly inserted pages to read from the backend. */
+  void (*batch) (void *opaque, ra_pgoff start, ra_pgoff count, bool async);
+};
+
+struct ra_submit_result {
+  ra_pgoff sync_pages;   /* sync part pages inserted */
+  ra_pgoff async_pages;  /* async part pages inserted */
+  ra_pgoff batches;
+};
+
+void ra_submit (const struct ra_window *w, ra_pgoff io_max,
+                const struct ra_submit_ops *ops, void *opaque,
+                struct ra_submit_result *res);
+
+/* Congestion cleanup: the async part of window w was not read and its
+ * dropped pages (newly inserted ones) have been removed from the cache.
+ * Shrink size and async_size by that many pages so the state records
+ * what was really read; the next access then misses at start + size,
+ * which branch B continues.  No-op for windows that did not set the
+ * state (G, forced, off).
+ */
+void ra_drop_async (struct ra_state *ra, const struct ra_window *w,
+                    ra_pgoff dropped);
+
+#endif /* RACACHE_READAHEAD_H */

@@ -1,0 +1,471 @@
+/* ra-cache: the readahead engine.
+ *
+ * The big picture
+ * ===============
+ *
+ * Readahead reads pages into the cache before a client asks for them.  It
+ * only ever reads pages that are not in the cache yet.  It is triggered in
+ * two ways, both from the client read path:
+ *
+ *  - a sync trigger: the page a client needs is not cached at all;
+ *  - an async trigger: the page a client needs is cached and carries the
+ *    marker, which means "this page was read ahead, and now that it is
+ *    used it is time to read the next window".  The read path clears the
+ *    marker before calling us.
+ *
+ * Either trigger calls ondemand(), which decides a window: start, size and
+ * async_size.  Every window is partly a sync part and partly an async
+ * part: the first size - async_size pages are the sync part (a client is
+ * waiting for them: they are not speculation, and are never skipped), and
+ * the last async_size pages are the async part (nobody waits for them:
+ * they are genuinely ahead, and may be skipped when the backend is
+ * congested).  The first page of the async part carries the marker.  Once
+ * a sequential stream is established its windows are wholly async: the
+ * reader keeps finding the marker before it runs out of pages.
+ *
+ * req (the kernel's req_count) is the pages of the client request from
+ * the accessed page.  It names specific pages, not just a number: where
+ * the window starts past the accessed page (because pages in between are
+ * cached), only the requested pages at or past the window's start are
+ * still wanted, and only those form the sync part (correction 1 of the
+ * spec; Linux 5.18 marked the whole window async there, which its own
+ * documentation calls wrong).
+ *
+ * ondemand() tries these branches in order:
+ *
+ *  A  index 0: INITIAL.  Reads from the start of an export are usually
+ *     sequential, so start a window right away.
+ *  B  index is where the stream state expects the next trigger: the first
+ *     page of its async part (the marker page) or the page just after the
+ *     window.  Sequential: push the window forward and ramp its size up
+ *     (next_size).  A sync trigger's window starts at the needed page
+ *     (correction 3, Linux 6.11).
+ *  C  an async trigger that the state does not explain: another stream
+ *     interleaved with this one owns the state.  The page cache is the
+ *     history: the next window starts at the first hole after index and
+ *     its size ramps up from the distance to that hole plus req
+ *     (160334a0cfa8).  With no hole within ra_max there is nothing to
+ *     read (correction 2, Linux 6.11).
+ *  D  req larger than ra_max: oversize read: INITIAL.
+ *  E  index is prev_pos's page or the one after: a sequential miss
+ *     (the window was lost, or the stream is just starting): INITIAL.
+ *  F  context readahead: count the contiguous cached pages before index.
+ *     If they are more than req, they are probably an earlier part of
+ *     this stream: size the window from them (doubled when they reach
+ *     back to page 0), with a one page async part.
+ *  G  a random read: read exactly the request, no marker, leave the
+ *     stream state alone.
+ *
+ * INITIAL starts a window at index sized by init_size(req), with the
+ * pages beyond the request as its async part.  Before submitting, if the
+ * window starts at index and is wholly async, the read would hit its own
+ * marker at once, so the next window is pulled in (merged) now.
+ *
+ * submit() inserts the new pages (not up to date) into the cache, sets the
+ * marker, and turns each contiguous run of new pages into backend reads
+ * of at most io_max pages.  When the backend is congested the caller may
+ * read only the sync part: it removes the async pages from the cache and
+ * ra_drop_async() shrinks the state to what was really read, so the next
+ * access misses at start + size and branch B continues the stream.
+ *
+ * Where this deviates from the kernel it is said at that branch.
+ */
+
+#include <config.h>
+
+#include <assert.h>
+
+#include "racache/readahead.h"
+
+const char *
+ra_branch_name (enum ra_branch b)
+{
+  switch (b) {
+  case RA_NONE: return "none";
+  case RA_A_INITIAL: return "A";
+  case RA_B_SEQUENTIAL: return "B";
+  case RA_C_INTERLEAVED: return "C";
+  case RA_D_OVERSIZE: return "D";
+  case RA_E_SEQ_MISS: return "E";
+  case RA_F_CONTEXT: return "F";
+  case RA_G_RANDOM: return "G";
+  case RA_FORCED: return "forced";
+  case RA_OFF: return "off";
+  case RA_NR_BRANCHES: break;
+  }
+  return "?";
+}
+
+void
+ra_state_init (struct ra_state *ra)
+{
+  ra->start = ra->size = ra->async_size = 0;
+  ra->prev_pos = 0;
+  ra->prev_valid = false;
+}
+
+static ra_pgoff
+roundup_pow2 (ra_pgoff n)
+{
+  ra_pgoff r = 1;
+  while (r < n)
+    r <<= 1;
+  return r;
+}
+
+ra_pgoff
+ra_init_size (ra_pgoff req, ra_pgoff max)
+{
+  ra_pgoff r = roundup_pow2 (req);
+
+  if (r <= max / 32)
+    return 4 * r;
+  if (r <= max / 4)
+    return 2 * r;
+  return max;
+}
+
+ra_pgoff
+ra_next_size (ra_pgoff cur, ra_pgoff max)
+{
+  if (cur < max / 16)
+    return 4 * cur;
+  if (cur <= max / 2)
+    return 2 * cur;
+  return max;
+}
+
+static bool
+cached (const struct ra_cache_ops *c, void *opaque, ra_pgoff index)
+{
+  return c->cached (opaque, index);
+}
+
+static ra_pgoff
+next_hole (const struct ra_cache_ops *c, void *opaque,
+           ra_pgoff index, ra_pgoff max)
+{
+  ra_pgoff i;
+
+  if (c->next_hole)
+    return c->next_hole (opaque, index, max);
+  for (i = index; i < index + max; i++)
+    if (!cached (c, opaque, i))
+      return i;
+  return index + max;
+}
+
+static ra_pgoff
+history (const struct ra_cache_ops *c, void *opaque,
+         ra_pgoff index, ra_pgoff max)
+{
+  ra_pgoff h = 0;
+
+  if (c->history)
+    return c->history (opaque, index, max);
+  while (h < max && h < index && cached (c, opaque, index - h - 1))
+    h++;
+  return h;
+}
+
+/* Pages of the request [index, index + req) at or past start: the part
+ * of req_count that the window still has to read for a waiting client
+ * (correction 1: req_count follows the pages it names).
+ */
+static ra_pgoff
+wanted_from (ra_pgoff index, ra_pgoff req, ra_pgoff start)
+{
+  return index + req > start ? index + req - start : 0;
+}
+
+/* Set async_size so that the window's sync part is exactly the wanted
+ * pages (at most the whole window).
+ */
+static void
+set_sync_part (struct ra_state *ra, ra_pgoff wanted)
+{
+  ra->async_size = ra->size - (wanted < ra->size ? wanted : ra->size);
+}
+
+/* Clamp the state's window to the export and describe it in *w. */
+static void
+emit (const struct ra_state *ra, const struct ra_params *p,
+      enum ra_branch branch, struct ra_window *w)
+{
+  ra_pgoff nr = ra_nr_pages (p);
+  ra_pgoff end = ra->start + ra->size;
+  ra_pgoff async_start = end - ra->async_size;
+
+  w->branch = branch;
+  w->start = ra->start;
+  if (ra->start >= nr) {
+    w->size = w->async_size = 0;
+    w->marker = RA_NO_MARKER;
+    return;
+  }
+  if (end > nr)
+    end = nr;
+  w->size = end - ra->start;
+  w->async_size = async_start < end ? end - async_start : 0;
+  /* The marker is the first page of the async part as the window was
+   * decided.  Linux counts it from the clamped size instead, which puts
+   * it earlier near the end of a file for no benefit; here a clamped
+   * window keeps its marker where the spec defines it, or has none.
+   */
+  w->marker = ra->async_size > 0 && async_start < end
+    ? async_start : RA_NO_MARKER;
+}
+
+/* A window that is exactly the request, with no marker, leaving the
+ * stream state alone (G, and readahead turned off).
+ */
+static void
+emit_exact (const struct ra_params *p, enum ra_branch branch,
+            ra_pgoff index, ra_pgoff req, struct ra_window *w)
+{
+  struct ra_state tmp = { .start = index, .size = req, .async_size = 0 };
+
+  emit (&tmp, p, branch, w);
+}
+
+void
+ra_ondemand (struct ra_state *ra, const struct ra_params *p,
+             const struct ra_cache_ops *cache, void *opaque,
+             ra_pgoff index, bool marker, ra_pgoff req,
+             struct ra_window *w)
+{
+  ra_pgoff max = p->ra_max;
+  enum ra_branch branch;
+
+  if (req == 0)
+    req = 1;
+
+  /* Readahead off: a sync trigger reads exactly the request (the cache
+   * still serves hits); there are no markers to trigger on.
+   */
+  if (max == 0) {
+    if (marker)
+      emit_exact (p, RA_NONE, index, 0, w);
+    else
+      emit_exact (p, RA_OFF, index, req, w);
+    return;
+  }
+
+  /* An oversize request may use up to io_max (9491ae4aade6, Linux 4.10):
+   * the pages asked for are not speculation.
+   */
+  if (req > max && p->io_max > max)
+    max = req < p->io_max ? req : p->io_max;
+
+  /* A: start of the export. */
+  if (index == 0) {
+    branch = RA_A_INITIAL;
+    goto initial;
+  }
+
+  /* B: the expected trigger: the marker page of the state's window, or
+   * the page just after it.
+   */
+  if (index == ra->start + ra->size - ra->async_size ||
+      index == ra->start + ra->size) {
+    ra_pgoff old_size = ra->size;
+
+    branch = RA_B_SEQUENTIAL;
+    if (marker) {
+      ra->start += ra->size;
+      ra->size = ra_next_size (old_size, max);
+      /* Correction 1: requested pages at or past the new start are
+       * still wanted; Linux makes the whole window async.
+       */
+      set_sync_part (ra, wanted_from (index, req, ra->start));
+    }
+    else {
+      /* Correction 3 (Linux 6.11): a sync trigger must read the page
+       * it needs, so its window starts at index.  At index == start +
+       * size this is exactly the kernel's window; when the marker page
+       * itself went missing (evicted or dropped), the kernel would
+       * skip past it.
+       */
+      ra->start = index;
+      ra->size = ra_next_size (old_size, max);
+      ra->async_size = ra->size;
+      /* A state emptied by a congestion drop has no size to ramp
+       * from: restart at the initial size (still counted as B).
+       */
+      if (ra->size == 0) {
+        ra->size = ra_init_size (req, max);
+        ra->async_size = ra->size > req ? ra->size - req : ra->size;
+      }
+    }
+    goto submit;
+  }
+
+  /* C: a marker the state does not explain: interleaved streams.  The
+   * cache tells how far this stream's previous window reached.
+   */
+  if (marker) {
+    ra_pgoff s = next_hole (cache, opaque, index + 1, max);
+
+    /* Correction 2 (Linux 6.11): no hole within max, no readahead.
+     * Linux 5.18 would read from index + max + 1 on.
+     */
+    if (s >= index + 1 + max) {
+      emit_exact (p, RA_NONE, index, 0, w);
+      return;
+    }
+    ra->start = s;
+    ra->size = ra_next_size ((s - index) + req, max);
+    /* Correction 1: only requested pages past the hole are sync. */
+    set_sync_part (ra, wanted_from (index, req, s));
+    branch = RA_C_INTERLEAVED;
+    goto submit;
+  }
+
+  /* D: oversize read. */
+  if (req > max) {
+    branch = RA_D_OVERSIZE;
+    goto initial;
+  }
+
+  /* E: sequential miss: index is prev_pos's page or the one after. */
+  if (ra->prev_valid) {
+    ra_pgoff prev_index = ra->prev_pos >> p->page_shift;
+
+    if (index == prev_index || index == prev_index + 1) {
+      branch = RA_E_SEQ_MISS;
+      goto initial;
+    }
+  }
+
+  /* F: context readahead. */
+  {
+    ra_pgoff h = history (cache, opaque, index, max);
+
+    if (h > req) {
+      if (h >= index)           /* reaches back to page 0 */
+        h *= 2;
+      ra->start = index;
+      ra->size = h + req < max ? h + req : max;
+      ra->async_size = 1;
+      branch = RA_F_CONTEXT;
+      goto submit;
+    }
+  }
+
+  /* G: random read: exactly the request, state untouched. */
+  emit_exact (p, RA_G_RANDOM, index, req, w);
+  return;
+
+ initial:
+  ra->start = index;
+  ra->size = ra_init_size (req, max);
+  ra->async_size = ra->size > req ? ra->size - req : ra->size;
+
+ submit:
+  /* The read would hit this window's own marker at once: pull the next
+   * window in now.
+   */
+  if (index == ra->start && ra->size == ra->async_size) {
+    ra_pgoff add = ra_next_size (ra->size, max);
+
+    if (ra->size + add <= max) {
+      ra->async_size = add;
+      ra->size += add;
+    }
+    else {
+      ra->size = max;
+      ra->async_size = max / 2;
+    }
+  }
+  emit (ra, p, branch, w);
+}
+
+bool
+ra_forced (const struct ra_params *p, ra_pgoff index, ra_pgoff last,
+           struct ra_window *w)
+{
+  ra_pgoff nr = ra_nr_pages (p);
+  ra_pgoff chunk = (RA_FORCED_CHUNK_BYTES >> p->page_shift) ?: 1;
+
+  if (last > nr)
+    last = nr;
+  if (index >= last)
+    return false;
+  w->branch = RA_FORCED;
+  w->start = index;
+  w->size = last - index < chunk ? last - index : chunk;
+  w->async_size = 0;
+  w->marker = RA_NO_MARKER;
+  return true;
+}
+
+void
+ra_update_prev_pos (struct ra_state *ra, uint64_t end_byte)
+{
+  ra->prev_pos = end_byte;
+  ra->prev_valid = true;
+}
+
+void
+ra_submit (const struct ra_window *w, ra_pgoff io_max,
+           const struct ra_submit_ops *ops, void *opaque,
+           struct ra_submit_result *res)
+{
+  ra_pgoff async_start = w->start + w->size - w->async_size;
+  ra_pgoff run_start = 0, run_len = 0;
+  bool run_async = false;
+  ra_pgoff i;
+
+  assert (io_max >= 1);
+  res->sync_pages = res->async_pages = res->batches = 0;
+
+#define FLUSH_RUN()                                             \
+  do {                                                          \
+    if (run_len > 0) {                                          \
+      ops->batch (opaque, run_start, run_len, run_async);       \
+      res->batches++;                                           \
+      run_len = 0;                                              \
+    }                                                           \
+  } while (0)
+
+  for (i = w->start; i < w->start + w->size; i++) {
+    bool async = i >= async_start;
+
+    if (!ops->insert (opaque, i, i == w->marker, async)) {
+      FLUSH_RUN ();             /* a cached page ends the batch */
+      continue;
+    }
+    if (async)
+      res->async_pages++;
+    else
+      res->sync_pages++;
+    if (run_len > 0 && (run_async != async || run_len == io_max))
+      FLUSH_RUN ();
+    if (run_len == 0) {
+      run_start = i;
+      run_async = async;
+    }
+    run_len++;
+  }
+  FLUSH_RUN ();
+#undef FLUSH_RUN
+}
+
+void
+ra_drop_async (struct ra_state *ra, const struct ra_window *w,
+               ra_pgoff dropped)
+{
+  switch (w->branch) {
+  case RA_A_INITIAL: case RA_B_SEQUENTIAL: case RA_C_INTERLEAVED:
+  case RA_D_OVERSIZE: case RA_E_SEQ_MISS: case RA_F_CONTEXT:
+    break;
+  default:
+    return;                     /* the state does not describe it */
+  }
+  if (ra->start != w->start)
+    return;                     /* the state has moved on since */
+  if (dropped > ra->async_size)
+    dropped = ra->async_size;
+  ra->size -= dropped;
+  ra->async_size -= dropped;
+}
