@@ -1,0 +1,80 @@
+/* ra-cache: the cache as the filter uses it: a page cache shared by all
+ * connections, one stream state per connection, the readahead engine
+ * deciding windows, and background workers reading their async parts.
+ *
+ * The filter hands the core a small backend interface (struct rc_backend)
+ * so that the core does not depend on nbdkit and the unit tests can hand
+ * it a fake backend.
+ */
+#ifndef RACACHE_CACHE_H
+#define RACACHE_CACHE_H
+
+#include <stdint.h>
+
+#include "racache/config.h"
+#include "racache/pagecache.h"
+#include "racache/stats.h"
+
+struct rc_backend {
+  void *opaque;
+  /* Read count bytes at offset.  ctx is the caller's backend context:
+   * a connection's (for reads done on behalf of a waiting client) or a
+   * worker's.  Returns 0, or -1 with *err set to an errno value.
+   */
+  int (*pread) (void *opaque, void *ctx, void *buf, uint32_t count,
+                uint64_t offset, int *err);
+  /* Open and close a worker's own backend context, in the worker's
+   * thread.  worker_open returns NULL on failure (the worker's reads
+   * then fail with EIO).  Both may be NULL: ctx is then NULL.
+   */
+  void *(*worker_open) (void *opaque);
+  void (*worker_close) (void *opaque, void *ctx);
+};
+
+struct rc_cache;
+struct rc_stream;
+
+/* Create a cache and start nworkers background workers (at least 1;
+ * normally cfg->max_background).  Returns NULL with errno set on error.
+ */
+struct rc_cache *rc_cache_new (const struct rc_config *cfg,
+                               const struct rc_backend *be,
+                               unsigned nworkers);
+/* Stop the workers (queued reads are abandoned, reads in flight finish)
+ * and free everything.
+ */
+void rc_cache_free (struct rc_cache *c);
+
+/* Set the export size on first use; later calls return -1 if the size
+ * differs (the connection must then not use the cache).
+ */
+int rc_cache_set_export_size (struct rc_cache *c, uint64_t size);
+
+struct rc_stream *rc_stream_new (void);
+void rc_stream_free (struct rc_stream *s);
+
+/* A client read through the cache (the spec's read path).  Returns 0, or
+ * -1 with *err set: the error of a backend read that this client waited
+ * for (sync part); errors of async reads never reach a client.
+ */
+int rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
+             void *buf, uint32_t count, uint64_t offset, int *err);
+
+/* NBD_CMD_CACHE: forced readahead of [offset, offset + count) in chunks
+ * of at most 2 MiB, no marker, stream state untouched.  Waits for the
+ * reads; returns -1 with *err on a backend error.
+ */
+int rc_fill (struct rc_cache *c, void *ctx, uint32_t count, uint64_t offset,
+             int *err);
+
+/* A write, trim or zero of [offset, offset + count) finished at the
+ * backend (successfully or not): drop what the cache holds of it.
+ */
+void rc_invalidate (struct rc_cache *c, uint64_t offset, uint64_t count);
+
+struct rc_stats *rc_cache_stats (struct rc_cache *c);
+struct rc_pagecache *rc_cache_pagecache (struct rc_cache *c);
+/* Backend reads in flight or queued, now. */
+unsigned rc_cache_inflight (struct rc_cache *c);
+
+#endif /* RACACHE_CACHE_H */

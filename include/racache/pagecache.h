@@ -1,0 +1,96 @@
+/* ra-cache: the page cache.
+ *
+ * Pages of page_size bytes, keyed by page index, shared by every
+ * connection.  A page is absent (not in the table), in flight (inserted,
+ * its backend read not finished), or up to date.  A failed read removes
+ * its pages again (failed pages go back to absent, and the reader that
+ * asked for them gets the error), so a later access retries on demand.
+ *
+ * The table is split into shards, each with its own lock, hash table,
+ * condition variable and LRU lists; consecutive groups of pages share a
+ * shard so one window touches few locks.  No lock is ever held across a
+ * backend read.  Memory: at most cache_size bytes of page data (each
+ * shard holds at most its share), plus a small struct per page.
+ *
+ * Eviction is LRU-like and prefetch-aware: up to date pages that were
+ * read ahead and never used by a client are evicted first (oldest
+ * first), counted as wasted; then pages a client used, least recently
+ * used first.  Pages in flight are not on the LRU lists, so a page in
+ * flight (and so any page someone waits for) is never evicted.
+ */
+#ifndef RACACHE_PAGECACHE_H
+#define RACACHE_PAGECACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "racache/readahead.h"
+#include "racache/stats.h"
+
+struct rc_pagecache;
+
+struct rc_pagecache *rc_pc_new (uint64_t cache_size, uint32_t page_size,
+                                struct rc_stats *stats);
+void rc_pc_free (struct rc_pagecache *pc);
+
+/* Pages in the export; pages at or past it are never cached. */
+void rc_pc_set_nr_pages (struct rc_pagecache *pc, ra_pgoff nr_pages);
+
+/* The engine's query interface (struct ra_cache_ops), opaque = pc. */
+extern const struct ra_cache_ops rc_pc_query_ops;
+
+/* Insert page index in flight if it is absent.  marker: the page gets
+ * the marker.  ahead: the page is read ahead (no client asked for it
+ * yet); every page a window inserts is, until a client copies from it.
+ * Returns false if the page was present, or the shard is full of pages
+ * in flight, or memory ran out.
+ */
+bool rc_pc_insert (struct rc_pagecache *pc, ra_pgoff index, bool marker);
+
+/* A backend read of pages [start, start + count) finished.  On success
+ * buf holds len bytes (the tail of a partial last page is zero-filled).
+ * Pages become up to date, except pages a write made stale meanwhile,
+ * which are removed; on error (err != 0) all are removed.  Waiters wake.
+ */
+void rc_pc_complete (struct rc_pagecache *pc, ra_pgoff start, ra_pgoff count,
+                     const char *buf, size_t len, int err);
+
+/* Remove in-flight pages whose read will not be issued (the async part
+ * skipped for congestion).  Returns how many were removed.
+ */
+ra_pgoff rc_pc_abandon (struct rc_pagecache *pc, ra_pgoff start,
+                        ra_pgoff count);
+
+enum rc_access {
+  RC_ACCESS_COPIED,  /* page up to date: bytes copied out */
+  RC_ACCESS_ABSENT,  /* page not cached: sync trigger */
+  RC_ACCESS_MARKER,  /* page carried the marker, now cleared: async trigger */
+};
+
+/* A client reads len bytes at byte off of page index into dst.  If the
+ * page carries the marker, clear it and return RC_ACCESS_MARKER without
+ * copying (the caller triggers the next window, then calls again).  If
+ * the page is in flight, sleep until it is ready.  *waited is set when
+ * the call slept.
+ */
+enum rc_access rc_pc_access (struct rc_pagecache *pc, ra_pgoff index,
+                             void *dst, uint32_t off, uint32_t len,
+                             bool *waited);
+
+/* A write, trim or zero to bytes [offset, offset + count) reached the
+ * backend (or failed there).  Cached pages it touches are dropped; pages
+ * in flight are marked stale so their read does not install old data.
+ */
+void rc_pc_invalidate (struct rc_pagecache *pc, uint64_t offset,
+                       uint64_t count);
+
+/* Counts for tests and stats. */
+struct rc_pc_counts {
+  uint64_t pages, inflight, uptodate, unused, capacity;
+};
+void rc_pc_counts (struct rc_pagecache *pc, struct rc_pc_counts *out);
+
+uint32_t rc_pc_page_size (const struct rc_pagecache *pc);
+
+#endif /* RACACHE_PAGECACHE_H */

@@ -1,0 +1,52 @@
+/* ra-cache: counters.  Updated with relaxed atomic operations so that the
+ * read path never takes a lock for them.
+ */
+#ifndef RACACHE_STATS_H
+#define RACACHE_STATS_H
+
+#include <stdint.h>
+#include <stdatomic.h>
+
+#include "racache/readahead.h"
+
+struct rc_stats {
+  _Atomic uint64_t client_reads;      /* client read requests */
+  _Atomic uint64_t client_bytes;      /* bytes returned to clients */
+  _Atomic uint64_t page_hits;         /* pages found up to date or in flight */
+  _Atomic uint64_t page_misses;       /* pages not cached when needed (sync trigger) */
+  _Atomic uint64_t windows[RA_NR_BRANCHES]; /* windows by branch */
+  _Atomic uint64_t sync_pages;        /* sync part pages read */
+  _Atomic uint64_t async_pages;       /* async part pages read */
+  _Atomic uint64_t ahead_used;        /* pages read ahead and later used */
+  _Atomic uint64_t ahead_wasted;      /* pages read ahead, evicted unused */
+  _Atomic uint64_t async_skipped;     /* async parts skipped for congestion */
+  _Atomic uint64_t async_skipped_pages;
+  _Atomic uint64_t inflight_hwm;      /* most backend reads in flight at once */
+  _Atomic uint64_t backend_reads;     /* backend read requests */
+  _Atomic uint64_t backend_bytes;     /* bytes read from the backend */
+  _Atomic uint64_t backend_errors;    /* backend reads that failed */
+  _Atomic uint64_t direct_reads;      /* reads served around a full cache */
+  _Atomic uint64_t evictions;         /* pages evicted to make room */
+  _Atomic uint64_t invalidated_pages; /* pages dropped or marked stale by writes */
+  _Atomic uint64_t cache_bytes;       /* bytes of page data in the cache now */
+};
+
+#define STAT_ADD(st, field, n) \
+  atomic_fetch_add_explicit (&(st)->field, (n), memory_order_relaxed)
+#define STAT_SUB(st, field, n) \
+  atomic_fetch_sub_explicit (&(st)->field, (n), memory_order_relaxed)
+#define STAT_GET(st, field) \
+  atomic_load_explicit (&(st)->field, memory_order_relaxed)
+
+static inline void
+stat_max (_Atomic uint64_t *field, uint64_t v)
+{
+  uint64_t cur = atomic_load_explicit (field, memory_order_relaxed);
+  while (v > cur &&
+         !atomic_compare_exchange_weak_explicit (field, &cur, v,
+                                                 memory_order_relaxed,
+                                                 memory_order_relaxed))
+    ;
+}
+
+#endif /* RACACHE_STATS_H */

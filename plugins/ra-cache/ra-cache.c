@@ -1,0 +1,460 @@
+/* nbdkit-ra-cache-filter: thin glue from nbdkit's filter callbacks to the
+ * ra-cache core (src/).  The core decides and caches; this file parses
+ * parameters, owns the backend contexts and maps nbdkit calls onto
+ * rc_read / rc_fill / rc_invalidate.
+ *
+ * Backend contexts: a client's reads (the sync part of its windows) use
+ * the connection's own context; each background worker opens a shared
+ * context of its own (nbdkit_next_context_open with the backend saved in
+ * .after_fork), so prefetch needs no client connection.
+ *
+ * Thread models: when the final thread model is parallel every backend
+ * call runs in parallel.  Otherwise (a plugin that serializes requests,
+ * such as curl or ssh in nbdkit 1.32, or a sh script) nbdkit serializes
+ * the clients' calls but knows nothing of our workers, so every call
+ * this filter makes into the plugin, from a client or a worker, takes
+ * one lock: prefetch still works, and no two plugin calls overlap.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nbdkit-filter.h>
+
+#include "racache/cache.h"
+#include "racache/config.h"
+#include "racache/util.h"
+
+/* -D ra-cache.verbose=1: log every window and backend read. */
+NBDKIT_DLL_PUBLIC int ra_cache_debug_verbose = 0;
+
+static struct rc_config cfg;
+static bool serialize_backend;
+static pthread_mutex_t backend_lock = PTHREAD_MUTEX_INITIALIZER;
+static nbdkit_backend *saved_backend;
+static struct rc_cache *cache;
+
+struct handle {
+  struct rc_stream *stream;
+  bool bypass;                  /* this connection does not use the cache */
+  bool exportname_given;
+};
+
+static void
+ra_cache_load (void)
+{
+  rc_config_defaults (&cfg);
+}
+
+static int
+parse_size_key (const char *key, const char *value, uint64_t *out)
+{
+  int64_t r = nbdkit_parse_size (value);
+
+  if (r == -1)
+    return -1;                  /* nbdkit_parse_size said why */
+  *out = r;
+  return 0;
+}
+
+static int
+ra_cache_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
+                 const char *key, const char *value)
+{
+  uint64_t v;
+  unsigned u;
+
+  if (strcmp (key, "ra-cache-size") == 0) {
+    if (parse_size_key (key, value, &v) == -1)
+      return -1;
+    cfg.cache_size = v;
+    return 0;
+  }
+  if (strcmp (key, "ra-cache-page-size") == 0) {
+    if (parse_size_key (key, value, &v) == -1)
+      return -1;
+    if (v > UINT32_MAX) {
+      nbdkit_error ("ra-cache-page-size: %s is too large", value);
+      return -1;
+    }
+    cfg.page_size = v;
+    return 0;
+  }
+  if (strcmp (key, "ra-max") == 0) {
+    if (parse_size_key (key, value, &v) == -1)
+      return -1;
+    cfg.ra_max = v;
+    return 0;
+  }
+  if (strcmp (key, "ra-io-max") == 0) {
+    if (parse_size_key (key, value, &v) == -1)
+      return -1;
+    cfg.io_max = v;
+    return 0;
+  }
+  if (strcmp (key, "ra-max-background") == 0) {
+    if (nbdkit_parse_unsigned (key, value, &u) == -1)
+      return -1;
+    cfg.max_background = u;
+    return 0;
+  }
+  if (strcmp (key, "ra-congestion-threshold") == 0) {
+    if (nbdkit_parse_unsigned (key, value, &u) == -1)
+      return -1;
+    cfg.congestion_threshold = u;
+    cfg.congestion_threshold_set = 1;
+    return 0;
+  }
+  return next (nxdata, key, value);
+}
+
+static int
+ra_cache_config_complete (nbdkit_next_config_complete *next,
+                          nbdkit_backend *nxdata)
+{
+  char msg[256];
+  const char *bad = rc_config_check (&cfg, msg, sizeof msg);
+
+  if (bad) {
+    nbdkit_error ("%s", bad);
+    return -1;
+  }
+  /* Windows and backend reads are whole pages. */
+  if (cfg.ra_max % cfg.page_size || cfg.io_max % cfg.page_size) {
+    nbdkit_error ("ra-max and ra-io-max must be multiples of "
+                  "ra-cache-page-size (%" PRIu32 ")", cfg.page_size);
+    return -1;
+  }
+  return next (nxdata);
+}
+
+#define ra_cache_config_help \
+  "ra-cache-size=SIZE         Page data kept in memory, at most (default 256M).\n" \
+  "ra-cache-page-size=SIZE    Cache page, power of two 512..1M (default 4K).\n" \
+  "ra-max=SIZE                Largest readahead window, 0 = off (default 4M).\n" \
+  "ra-io-max=SIZE             Largest backend read (default 1M).\n" \
+  "ra-max-background=N        Background readers, 1..256 (default 12).\n" \
+  "ra-congestion-threshold=N  Skip async parts at N reads in flight\n" \
+  "                           (default 3/4 of ra-max-background: 9)."
+
+static int
+ra_cache_thread_model (void)
+{
+  return NBDKIT_THREAD_MODEL_PARALLEL;
+}
+
+static int
+ra_cache_get_ready (int thread_model)
+{
+  serialize_backend = thread_model != NBDKIT_THREAD_MODEL_PARALLEL;
+  if (serialize_backend)
+    nbdkit_debug ("ra-cache: the plugin serializes requests: "
+                  "backend calls from workers and clients take one lock");
+  return 0;
+}
+
+/* The core's backend interface. */
+static int
+backend_pread (void *opaque, void *ctx, void *buf, uint32_t count,
+               uint64_t offset, int *err)
+{
+  nbdkit_next *next = ctx;
+  int r;
+
+  if (ra_cache_debug_verbose)
+    nbdkit_debug ("ra-cache: backend read %" PRIu32 " bytes at %" PRIu64
+                  "%s", count, offset, ctx ? "" : " (no context)");
+  if (serialize_backend)
+    ACQUIRE_LOCK (&backend_lock);
+  r = next->pread (next, buf, count, offset, 0, err);
+  if (serialize_backend)
+    RELEASE_LOCK (&backend_lock);
+  return r;
+}
+
+static void *
+backend_worker_open (void *opaque)
+{
+  nbdkit_next *next;
+
+  if (serialize_backend)
+    ACQUIRE_LOCK (&backend_lock);
+  next = nbdkit_next_context_open (saved_backend, 1, "", 1);
+  /* nbdkit checks every request against the context's export size,
+   * which it learns from get_size: ask once, as a connection would.
+   */
+  if (next && (next->prepare (next) == -1 || next->get_size (next) == -1)) {
+    nbdkit_next_context_close (next);
+    next = NULL;
+  }
+  if (serialize_backend)
+    RELEASE_LOCK (&backend_lock);
+  if (!next)
+    nbdkit_error ("ra-cache: a background worker could not open its "
+                  "backend context; its prefetch reads will fail");
+  return next;
+}
+
+static void
+backend_worker_close (void *opaque, void *ctx)
+{
+  nbdkit_next *next = ctx;
+
+  if (serialize_backend)
+    ACQUIRE_LOCK (&backend_lock);
+  next->finalize (next);
+  nbdkit_next_context_close (next);
+  if (serialize_backend)
+    RELEASE_LOCK (&backend_lock);
+}
+
+static const struct rc_backend backend_ops = {
+  .pread = backend_pread,
+  .worker_open = backend_worker_open,
+  .worker_close = backend_worker_close,
+};
+
+static int
+ra_cache_after_fork (nbdkit_backend *backend)
+{
+  unsigned nworkers = cfg.max_background;
+
+  saved_backend = backend;
+  /* Workers beyond one would only queue on the lock. */
+  if (serialize_backend)
+    nworkers = 1;
+  cache = rc_cache_new (&cfg, &backend_ops, nworkers);
+  if (!cache) {
+    nbdkit_error ("ra-cache: cannot create the cache: %m");
+    return -1;
+  }
+  return 0;
+}
+
+static void
+log_stats (void)
+{
+  struct rc_stats *st = rc_cache_stats (cache);
+  char branches[256];
+  size_t off = 0;
+  int b;
+
+  for (b = RA_A_INITIAL; b < RA_NR_BRANCHES; b++)
+    off += snprintf (branches + off, sizeof branches - off, " %s=%" PRIu64,
+                     ra_branch_name (b), STAT_GET (st, windows[b]));
+  nbdkit_debug ("ra-cache stats: client reads=%" PRIu64 " bytes=%" PRIu64
+                " page hits=%" PRIu64 " misses=%" PRIu64
+                " windows:%s sync pages=%" PRIu64 " async pages=%" PRIu64
+                " read ahead used=%" PRIu64 " wasted=%" PRIu64
+                " async parts skipped=%" PRIu64 " (pages %" PRIu64 ")"
+                " in-flight high-water=%" PRIu64
+                " backend reads=%" PRIu64 " bytes=%" PRIu64
+                " errors=%" PRIu64 " direct reads=%" PRIu64
+                " evictions=%" PRIu64 " invalidated pages=%" PRIu64
+                " cache bytes=%" PRIu64,
+                STAT_GET (st, client_reads), STAT_GET (st, client_bytes),
+                STAT_GET (st, page_hits), STAT_GET (st, page_misses),
+                branches,
+                STAT_GET (st, sync_pages), STAT_GET (st, async_pages),
+                STAT_GET (st, ahead_used), STAT_GET (st, ahead_wasted),
+                STAT_GET (st, async_skipped),
+                STAT_GET (st, async_skipped_pages),
+                STAT_GET (st, inflight_hwm),
+                STAT_GET (st, backend_reads), STAT_GET (st, backend_bytes),
+                STAT_GET (st, backend_errors), STAT_GET (st, direct_reads),
+                STAT_GET (st, evictions), STAT_GET (st, invalidated_pages),
+                STAT_GET (st, cache_bytes));
+}
+
+static void
+ra_cache_cleanup (nbdkit_backend *backend)
+{
+  if (cache) {
+    log_stats ();
+    rc_cache_free (cache);
+    cache = NULL;
+  }
+}
+
+static void *
+ra_cache_open (nbdkit_next_open *next, nbdkit_context *nxdata,
+               int readonly, const char *exportname, int is_tls)
+{
+  struct handle *h;
+
+  if (next (nxdata, readonly, exportname) == -1)
+    return NULL;
+  h = calloc (1, sizeof *h);
+  if (!h) {
+    nbdkit_error ("calloc: %m");
+    return NULL;
+  }
+  h->stream = rc_stream_new ();
+  if (!h->stream) {
+    nbdkit_error ("malloc: %m");
+    free (h);
+    return NULL;
+  }
+  /* The workers' shared contexts read the default export: a connection
+   * to another export name passes through uncached.
+   */
+  h->exportname_given = exportname && *exportname;
+  h->bypass = h->exportname_given;
+  return h;
+}
+
+static void
+ra_cache_close (void *handle)
+{
+  struct handle *h = handle;
+
+  rc_stream_free (h->stream);
+  free (h);
+}
+
+static int
+ra_cache_prepare (nbdkit_next *next, void *handle, int readonly)
+{
+  struct handle *h = handle;
+  int64_t size;
+
+  if (h->bypass) {
+    nbdkit_debug ("ra-cache: export name given: this connection "
+                  "is not cached");
+    return 0;
+  }
+  if (serialize_backend)
+    ACQUIRE_LOCK (&backend_lock);
+  size = next->get_size (next);
+  if (serialize_backend)
+    RELEASE_LOCK (&backend_lock);
+  if (size == -1)
+    return -1;
+  if (rc_cache_set_export_size (cache, size) == -1) {
+    nbdkit_debug ("ra-cache: export size %" PRIi64 " differs from the "
+                  "cached export's: this connection is not cached", size);
+    h->bypass = true;
+  }
+  return 0;
+}
+
+/* Serialize a plugin call when the plugin needs it. */
+#define BACKEND_CALL(expr)                              \
+  ({                                                    \
+    int r_;                                             \
+    if (serialize_backend)                              \
+      ACQUIRE_LOCK (&backend_lock);                     \
+    r_ = (expr);                                        \
+    if (serialize_backend)                              \
+      RELEASE_LOCK (&backend_lock);                     \
+    r_;                                                 \
+  })
+
+static int
+ra_cache_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
+                uint64_t offset, uint32_t flags, int *err)
+{
+  struct handle *h = handle;
+
+  if (h->bypass)
+    return BACKEND_CALL (next->pread (next, buf, count, offset, flags, err));
+  return rc_read (cache, h->stream, next, buf, count, offset, err);
+}
+
+static int
+ra_cache_pwrite (nbdkit_next *next, void *handle, const void *buf,
+                 uint32_t count, uint64_t offset, uint32_t flags, int *err)
+{
+  int r = BACKEND_CALL (next->pwrite (next, buf, count, offset, flags, err));
+
+  /* Success or failure, the cached copy may now be wrong (a connection
+   * that bypasses the cache may still write the cached export).
+   */
+  rc_invalidate (cache, offset, count);
+  return r;
+}
+
+static int
+ra_cache_trim (nbdkit_next *next, void *handle, uint32_t count,
+               uint64_t offset, uint32_t flags, int *err)
+{
+  int r = BACKEND_CALL (next->trim (next, count, offset, flags, err));
+
+  rc_invalidate (cache, offset, count);
+  return r;
+}
+
+static int
+ra_cache_zero (nbdkit_next *next, void *handle, uint32_t count,
+               uint64_t offset, uint32_t flags, int *err)
+{
+  int r = BACKEND_CALL (next->zero (next, count, offset, flags, err));
+
+  rc_invalidate (cache, offset, count);
+  return r;
+}
+
+static int
+ra_cache_flush (nbdkit_next *next, void *handle, uint32_t flags, int *err)
+{
+  return BACKEND_CALL (next->flush (next, flags, err));
+}
+
+static int
+ra_cache_extents (nbdkit_next *next, void *handle, uint32_t count,
+                  uint64_t offset, uint32_t flags,
+                  struct nbdkit_extents *extents, int *err)
+{
+  return BACKEND_CALL (next->extents (next, count, offset, flags, extents,
+                                      err));
+}
+
+static int
+ra_cache_can_cache (nbdkit_next *next, void *handle)
+{
+  return NBDKIT_CACHE_NATIVE;
+}
+
+static int
+ra_cache_cache (nbdkit_next *next, void *handle, uint32_t count,
+                uint64_t offset, uint32_t flags, int *err)
+{
+  struct handle *h = handle;
+
+  if (h->bypass)
+    return 0;                   /* advisory: nothing to keep it in */
+  return rc_fill (cache, next, count, offset, err);
+}
+
+static struct nbdkit_filter filter = {
+  .name              = "ra-cache",
+  .longname          = "nbdkit readahead cache filter",
+  .load              = ra_cache_load,
+  .config            = ra_cache_config,
+  .config_complete   = ra_cache_config_complete,
+  .config_help       = ra_cache_config_help,
+  .thread_model      = ra_cache_thread_model,
+  .get_ready         = ra_cache_get_ready,
+  .after_fork        = ra_cache_after_fork,
+  .cleanup           = ra_cache_cleanup,
+  .open              = ra_cache_open,
+  .close             = ra_cache_close,
+  .prepare           = ra_cache_prepare,
+  .pread             = ra_cache_pread,
+  .pwrite            = ra_cache_pwrite,
+  .trim              = ra_cache_trim,
+  .zero              = ra_cache_zero,
+  .flush             = ra_cache_flush,
+  .extents           = ra_cache_extents,
+  .can_cache         = ra_cache_can_cache,
+  .cache             = ra_cache_cache,
+};
+
+NBDKIT_REGISTER_FILTER (filter)

@@ -1,0 +1,71 @@
+/* ra-cache: internals shared by src/cache.c and src/prefetch.c. */
+#ifndef RACACHE_CACHE_INTERNAL_H
+#define RACACHE_CACHE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "racache/cache.h"
+#include "racache/readahead.h"
+
+/* Completion of a group of sync reads a client waits for. */
+struct rc_wait {
+  pthread_mutex_t lock;
+  pthread_cond_t done;
+  unsigned pending;
+  int err;                      /* first error, 0 if none */
+};
+
+struct rc_job {
+  struct rc_job *next;
+  ra_pgoff start, count;
+  bool async;
+  struct rc_wait *wait;         /* NULL for async parts */
+};
+
+struct rc_cache {
+  struct rc_config cfg;
+  struct rc_backend be;
+  struct rc_stats stats;
+  struct rc_pagecache *pc;
+  struct ra_params params;
+  pthread_mutex_t size_lock;
+  bool size_set;
+
+  /* Reads in flight or queued: the congestion rule compares this with
+   * cfg.congestion_threshold.
+   */
+  _Atomic unsigned inflight;
+
+  /* The background workers and their queue: sync jobs (a client waits)
+   * always run before async jobs (speculation).
+   */
+  pthread_mutex_t qlock;
+  pthread_cond_t qcond;
+  struct rc_job *sync_head, **sync_tail;
+  struct rc_job *async_head, **async_tail;
+  bool stopping;
+  unsigned nworkers;
+  pthread_t *workers;
+};
+
+struct rc_stream {
+  pthread_mutex_t lock;         /* one connection may read from many threads */
+  struct ra_state ra;
+};
+
+/* prefetch.c */
+int rc_workers_start (struct rc_cache *c, unsigned n);
+void rc_workers_stop (struct rc_cache *c);
+void rc_queue_job (struct rc_cache *c, ra_pgoff start, ra_pgoff count,
+                   bool async, struct rc_wait *wait);
+int rc_backend_read_pages (struct rc_cache *c, void *ctx, ra_pgoff start,
+                           ra_pgoff count, int *err);
+int rc_backend_read_bytes (struct rc_cache *c, void *ctx, void *buf,
+                           uint32_t count, uint64_t offset, int *err);
+void rc_wait_init (struct rc_wait *w);
+void rc_wait_destroy (struct rc_wait *w);
+int rc_wait_for (struct rc_wait *w);
+
+#endif

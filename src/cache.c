@@ -1,0 +1,369 @@
+/* ra-cache: the read path of readahead-spec.md over the shared page cache.
+ *
+ * For a client read of pages [index, last), page by page:
+ *  - a page that is not cached is a sync trigger: the engine decides a
+ *    window (ondemand with marker = false), submit inserts its new pages
+ *    in flight, and this thread reads the sync part while the async part
+ *    goes to the background workers;
+ *  - a page that carries the marker is an async trigger: the marker is
+ *    cleared and the engine decides the next window (marker = true);
+ *  - a page in flight is waited for; an up to date page is copied out.
+ * At the end prev_pos is the byte after the read.
+ *
+ * The stream state is per connection and guarded by the stream's lock,
+ * which is held while the engine decides and submit inserts pages (lock
+ * order: stream lock, then page cache shard locks), never while reading
+ * from the backend or waiting for pages.
+ *
+ * Congestion: when a window is submitted while the backend reads in
+ * flight (and queued) are at or above the congestion threshold, only the
+ * sync part is read.  The async part's new pages are removed from the
+ * cache again and ra_drop_async shrinks the stream state by them, so the
+ * next access misses at start + size and branch B continues the stream.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache-internal.h"
+#include "racache/util.h"
+
+/* A sync trigger's page may vanish again before it is copied (a write
+ * made it stale, or the cache is full of pages in flight); after this
+ * many tries the page is read straight into the client's buffer.
+ */
+#define MAX_TRIES_PER_PAGE 3
+
+struct rc_cache *
+rc_cache_new (const struct rc_config *cfg, const struct rc_backend *be,
+              unsigned nworkers)
+{
+  struct rc_cache *c = calloc (1, sizeof *c);
+
+  if (!c)
+    return NULL;
+  c->cfg = *cfg;
+  c->be = *be;
+  c->pc = rc_pc_new (cfg->cache_size, cfg->page_size, &c->stats);
+  if (!c->pc) {
+    free (c);
+    errno = ENOMEM;
+    return NULL;
+  }
+  c->params.page_shift = __builtin_ctz (cfg->page_size);
+  c->params.ra_max = cfg->ra_max >> c->params.page_shift;
+  c->params.io_max = cfg->io_max >> c->params.page_shift;
+  if (c->params.io_max == 0)
+    c->params.io_max = 1;
+  c->params.export_size = 0;
+  pthread_mutex_init (&c->size_lock, NULL);
+  pthread_mutex_init (&c->qlock, NULL);
+  pthread_cond_init (&c->qcond, NULL);
+  c->sync_tail = &c->sync_head;
+  c->async_tail = &c->async_head;
+  if (rc_workers_start (c, nworkers ? nworkers : 1) == -1) {
+    int e = errno;
+    rc_pc_free (c->pc);
+    free (c);
+    errno = e;
+    return NULL;
+  }
+  return c;
+}
+
+void
+rc_cache_free (struct rc_cache *c)
+{
+  if (!c)
+    return;
+  rc_workers_stop (c);
+  rc_pc_free (c->pc);
+  pthread_mutex_destroy (&c->size_lock);
+  pthread_mutex_destroy (&c->qlock);
+  pthread_cond_destroy (&c->qcond);
+  free (c);
+}
+
+int
+rc_cache_set_export_size (struct rc_cache *c, uint64_t size)
+{
+  LOCK_FOR_SCOPE (&c->size_lock);
+
+  if (!c->size_set) {
+    c->params.export_size = size;
+    rc_pc_set_nr_pages (c->pc, ra_nr_pages (&c->params));
+    c->size_set = true;
+    return 0;
+  }
+  return c->params.export_size == size ? 0 : -1;
+}
+
+struct rc_stats *
+rc_cache_stats (struct rc_cache *c)
+{
+  return &c->stats;
+}
+
+struct rc_pagecache *
+rc_cache_pagecache (struct rc_cache *c)
+{
+  return c->pc;
+}
+
+unsigned
+rc_cache_inflight (struct rc_cache *c)
+{
+  return atomic_load (&c->inflight);
+}
+
+struct rc_stream *
+rc_stream_new (void)
+{
+  struct rc_stream *s = malloc (sizeof *s);
+
+  if (!s)
+    return NULL;
+  pthread_mutex_init (&s->lock, NULL);
+  ra_state_init (&s->ra);
+  return s;
+}
+
+void
+rc_stream_free (struct rc_stream *s)
+{
+  if (!s)
+    return;
+  pthread_mutex_destroy (&s->lock);
+  free (s);
+}
+
+/* The batches one submitted window produced. */
+#define MAX_BATCHES 64
+struct batches {
+  struct rc_cache *c;
+  unsigned n;
+  bool overflow;
+  /* One more than MAX_BATCHES: the run being built when the list fills
+   * up is still flushed.
+   */
+  struct { ra_pgoff start, count; bool async; } b[MAX_BATCHES + 1];
+};
+
+static bool
+submit_insert (void *opaque, ra_pgoff index, bool marker, bool async)
+{
+  struct batches *bs = opaque;
+
+  /* Stop inserting once the batch list is full: the rest of the window
+   * stays absent and is read on demand.
+   */
+  if (bs->overflow)
+    return false;
+  return rc_pc_insert (bs->c->pc, index, marker);
+}
+
+static void
+submit_batch (void *opaque, ra_pgoff start, ra_pgoff count, bool async)
+{
+  struct batches *bs = opaque;
+
+  bs->b[bs->n].start = start;
+  bs->b[bs->n].count = count;
+  bs->b[bs->n].async = async;
+  if (++bs->n >= MAX_BATCHES)
+    bs->overflow = true;
+}
+
+static const struct ra_submit_ops submit_ops = {
+  .insert = submit_insert,
+  .batch = submit_batch,
+};
+
+/* Submit window w (the stream lock is held if w came from a stream).
+ * Applies the congestion rule to its async part when ra is not NULL.
+ */
+static void
+submit_window (struct rc_cache *c, struct ra_state *ra,
+               const struct ra_window *w, struct batches *bs)
+{
+  struct ra_submit_result res;
+  unsigned i, j;
+
+  bs->c = c;
+  bs->n = 0;
+  bs->overflow = false;
+  if (w->size == 0)
+    return;
+  STAT_ADD (&c->stats, windows[w->branch], 1);
+  ra_submit (w, c->params.io_max, &submit_ops, bs, &res);
+
+  if (ra && res.async_pages > 0 &&
+      atomic_load (&c->inflight) >= c->cfg.congestion_threshold) {
+    ra_pgoff dropped = 0;
+
+    for (i = j = 0; i < bs->n; i++) {
+      if (bs->b[i].async)
+        dropped += rc_pc_abandon (c->pc, bs->b[i].start, bs->b[i].count);
+      else
+        bs->b[j++] = bs->b[i];
+    }
+    bs->n = j;
+    ra_drop_async (ra, w, dropped);
+    STAT_ADD (&c->stats, async_skipped, 1);
+    STAT_ADD (&c->stats, async_skipped_pages, dropped);
+  }
+}
+
+/* Issue the batches: async ones to the workers, sync ones read now, by
+ * this thread and (when there are several) by workers in parallel.
+ * Returns 0, or -1 with *err if a sync read failed.
+ */
+static int
+issue_batches (struct rc_cache *c, void *ctx, struct batches *bs, int *err)
+{
+  struct rc_wait wait;
+  int first = -1, nsync = 0;
+  unsigned i;
+  int r = 0;
+
+  for (i = 0; i < bs->n; i++) {
+    if (bs->b[i].async)
+      rc_queue_job (c, bs->b[i].start, bs->b[i].count, true, NULL);
+    else if (first == -1)
+      first = i;
+    else
+      nsync++;
+  }
+  if (first == -1)
+    return 0;
+
+  if (nsync > 0) {
+    rc_wait_init (&wait);
+    for (i = first + 1; i < bs->n; i++)
+      if (!bs->b[i].async)
+        rc_queue_job (c, bs->b[i].start, bs->b[i].count, false, &wait);
+  }
+  STAT_ADD (&c->stats, sync_pages, bs->b[first].count);
+  r = rc_backend_read_pages (c, ctx, bs->b[first].start,
+                             bs->b[first].count, err);
+  if (nsync > 0) {
+    int e = rc_wait_for (&wait);
+
+    rc_wait_destroy (&wait);
+    for (i = first + 1; i < bs->n; i++)
+      if (!bs->b[i].async)
+        STAT_ADD (&c->stats, sync_pages, bs->b[i].count);
+    if (r == 0 && e != 0) {
+      *err = e;
+      r = -1;
+    }
+  }
+  return r;
+}
+
+/* A trigger at page index of a read ending at page last. */
+static int
+trigger (struct rc_cache *c, struct rc_stream *s, void *ctx,
+         ra_pgoff index, bool marker, ra_pgoff last, int *err)
+{
+  struct batches bs;
+  struct ra_window w;
+
+  ACQUIRE_LOCK (&s->lock);
+  ra_ondemand (&s->ra, &c->params, &rc_pc_query_ops, c->pc,
+               index, marker, last - index, &w);
+  submit_window (c, &s->ra, &w, &bs);
+  RELEASE_LOCK (&s->lock);
+  return issue_batches (c, ctx, &bs, err);
+}
+
+int
+rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
+         void *buf, uint32_t count, uint64_t offset, int *err)
+{
+  unsigned shift = c->params.page_shift;
+  uint64_t ps = UINT64_C (1) << shift;
+  uint64_t end = offset + count;
+  ra_pgoff i = offset >> shift;
+  ra_pgoff last = (end + ps - 1) >> shift;
+  unsigned tries = 0;
+
+  STAT_ADD (&c->stats, client_reads, 1);
+  while (i < last) {
+    uint64_t page_start = i << shift;
+    uint64_t from = offset > page_start ? offset : page_start;
+    uint64_t to = end < page_start + ps ? end : page_start + ps;
+    char *dst = (char *) buf + (from - offset);
+    bool waited;
+
+    switch (rc_pc_access (c->pc, i, dst, from - page_start, to - from,
+                          &waited)) {
+    case RC_ACCESS_COPIED:
+      if (tries == 0)
+        STAT_ADD (&c->stats, page_hits, 1);
+      i++;
+      tries = 0;
+      break;
+
+    case RC_ACCESS_MARKER:
+      /* Async trigger; a failure there is not this client's. */
+      {
+        int ignored;
+        trigger (c, s, ctx, i, true, last, &ignored);
+      }
+      break;
+
+    case RC_ACCESS_ABSENT:
+      if (tries == 0)
+        STAT_ADD (&c->stats, page_misses, 1);
+      if (++tries > MAX_TRIES_PER_PAGE) {
+        /* The cache cannot hold the page for us: read around it. */
+        STAT_ADD (&c->stats, direct_reads, 1);
+        if (rc_backend_read_bytes (c, ctx, dst, to - from, from, err) == -1)
+          return -1;
+        i++;
+        tries = 0;
+        break;
+      }
+      if (trigger (c, s, ctx, i, false, last, err) == -1)
+        return -1;
+      break;
+    }
+  }
+  STAT_ADD (&c->stats, client_bytes, count);
+
+  ACQUIRE_LOCK (&s->lock);
+  ra_update_prev_pos (&s->ra, end);
+  RELEASE_LOCK (&s->lock);
+  return 0;
+}
+
+int
+rc_fill (struct rc_cache *c, void *ctx, uint32_t count, uint64_t offset,
+         int *err)
+{
+  unsigned shift = c->params.page_shift;
+  uint64_t ps = UINT64_C (1) << shift;
+  ra_pgoff index = offset >> shift;
+  ra_pgoff last = (offset + count + ps - 1) >> shift;
+  struct ra_window w;
+
+  while (ra_forced (&c->params, index, last, &w)) {
+    struct batches bs;
+
+    submit_window (c, NULL, &w, &bs);
+    if (issue_batches (c, ctx, &bs, err) == -1)
+      return -1;
+    index = w.start + w.size;
+  }
+  return 0;
+}
+
+void
+rc_invalidate (struct rc_cache *c, uint64_t offset, uint64_t count)
+{
+  rc_pc_invalidate (c->pc, offset, count);
+}

@@ -1,0 +1,503 @@
+/* ra-cache: the page cache (see include/racache/pagecache.h). */
+
+#include <config.h>
+
+#include <assert.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "racache/pagecache.h"
+#include "racache/util.h"
+
+/* Pages of one group share a shard: a window of consecutive pages then
+ * takes few locks, and a sequential reader walks one shard at a time.
+ */
+#define GROUP_SHIFT 4
+#define MAX_SHARDS 64
+
+enum page_state { PAGE_INFLIGHT = 1, PAGE_UPTODATE = 2 };
+
+enum page_flags {
+  PF_MARKER = 1,   /* the marker: first page of a window's async part */
+  PF_UNUSED = 2,   /* read ahead, no client has copied from it yet */
+  PF_STALE = 4,    /* a write overlapped the read in flight */
+};
+
+struct page {
+  ra_pgoff index;
+  struct page *hnext;              /* hash chain */
+  struct page *lprev, *lnext;      /* LRU list, when up to date */
+  uint8_t state;
+  uint8_t flags;
+  char *data;
+};
+
+struct lru {
+  struct page head;                /* circular list sentinel */
+};
+
+struct shard {
+  pthread_mutex_t lock;
+  pthread_cond_t ready;            /* a page left the in-flight state */
+  struct page **buckets;
+  size_t bucket_mask;
+  struct lru unused;               /* read ahead, never used: evict first */
+  struct lru used;                 /* used by a client */
+  size_t count, capacity;
+  size_t inflight;
+  unsigned waiters;
+  char *free_data;                 /* one spare data buffer to reuse */
+} __attribute__ ((aligned (64)));
+
+struct rc_pagecache {
+  uint32_t page_size;
+  unsigned page_shift;
+  unsigned nshards;
+  ra_pgoff nr_pages;
+  struct rc_stats *stats;
+  struct shard *shards;
+};
+
+static inline struct shard *
+shard_of (struct rc_pagecache *pc, ra_pgoff index)
+{
+  uint64_t g = index >> GROUP_SHIFT;
+
+  g *= UINT64_C (0x9E3779B97F4A7C15);   /* spread groups over shards */
+  return &pc->shards[(g >> 32) & (pc->nshards - 1)];
+}
+
+static inline size_t
+bucket_of (struct shard *s, ra_pgoff index)
+{
+  return (size_t) ((index * UINT64_C (0x9E3779B97F4A7C15)) >> 20)
+    & s->bucket_mask;
+}
+
+static void
+lru_init (struct lru *l)
+{
+  l->head.lprev = l->head.lnext = &l->head;
+}
+
+static void
+lru_unlink (struct page *p)
+{
+  p->lprev->lnext = p->lnext;
+  p->lnext->lprev = p->lprev;
+  p->lprev = p->lnext = NULL;
+}
+
+/* Most recently used at the head. */
+static void
+lru_push (struct lru *l, struct page *p)
+{
+  p->lnext = l->head.lnext;
+  p->lprev = &l->head;
+  l->head.lnext->lprev = p;
+  l->head.lnext = p;
+}
+
+static struct page *
+lru_oldest (struct lru *l)
+{
+  return l->head.lprev == &l->head ? NULL : l->head.lprev;
+}
+
+struct rc_pagecache *
+rc_pc_new (uint64_t cache_size, uint32_t page_size, struct rc_stats *stats)
+{
+  struct rc_pagecache *pc;
+  uint64_t total_pages;
+  unsigned i;
+
+  assert (page_size >= 512 && (page_size & (page_size - 1)) == 0);
+  pc = calloc (1, sizeof *pc);
+  if (!pc)
+    return NULL;
+  pc->page_size = page_size;
+  pc->page_shift = __builtin_ctz (page_size);
+  pc->stats = stats;
+  total_pages = cache_size / page_size;
+  if (total_pages == 0)
+    total_pages = 1;
+  /* Each shard must hold a useful number of pages. */
+  pc->nshards = MAX_SHARDS;
+  while (pc->nshards > 1 && total_pages / pc->nshards < 64)
+    pc->nshards /= 2;
+  pc->shards = calloc (pc->nshards, sizeof *pc->shards);
+  if (!pc->shards) {
+    free (pc);
+    return NULL;
+  }
+  for (i = 0; i < pc->nshards; i++) {
+    struct shard *s = &pc->shards[i];
+    size_t nb = 16;
+
+    s->capacity = total_pages / pc->nshards
+      + (i < total_pages % pc->nshards);
+    while (nb < s->capacity * 2)
+      nb *= 2;
+    s->buckets = calloc (nb, sizeof *s->buckets);
+    if (!s->buckets) {
+      pc->nshards = i;
+      rc_pc_free (pc);
+      return NULL;
+    }
+    s->bucket_mask = nb - 1;
+    lru_init (&s->unused);
+    lru_init (&s->used);
+    pthread_mutex_init (&s->lock, NULL);
+    pthread_cond_init (&s->ready, NULL);
+  }
+  pc->nr_pages = 0;
+  return pc;
+}
+
+void
+rc_pc_free (struct rc_pagecache *pc)
+{
+  unsigned i;
+  size_t b;
+
+  if (!pc)
+    return;
+  for (i = 0; i < pc->nshards; i++) {
+    struct shard *s = &pc->shards[i];
+
+    for (b = 0; b <= s->bucket_mask; b++) {
+      struct page *p = s->buckets[b];
+      while (p) {
+        struct page *n = p->hnext;
+        free (p->data);
+        free (p);
+        p = n;
+      }
+    }
+    free (s->buckets);
+    free (s->free_data);
+    pthread_mutex_destroy (&s->lock);
+    pthread_cond_destroy (&s->ready);
+  }
+  free (pc->shards);
+  free (pc);
+}
+
+void
+rc_pc_set_nr_pages (struct rc_pagecache *pc, ra_pgoff nr_pages)
+{
+  pc->nr_pages = nr_pages;
+}
+
+uint32_t
+rc_pc_page_size (const struct rc_pagecache *pc)
+{
+  return pc->page_size;
+}
+
+/* Called with s->lock held. */
+static struct page *
+lookup (struct shard *s, ra_pgoff index)
+{
+  struct page *p;
+
+  for (p = s->buckets[bucket_of (s, index)]; p; p = p->hnext)
+    if (p->index == index)
+      return p;
+  return NULL;
+}
+
+/* Remove p from the shard and free it.  Called with s->lock held. */
+static void
+remove_page (struct rc_pagecache *pc, struct shard *s, struct page *p)
+{
+  struct page **pp = &s->buckets[bucket_of (s, p->index)];
+
+  while (*pp != p)
+    pp = &(*pp)->hnext;
+  *pp = p->hnext;
+  if (p->lnext)
+    lru_unlink (p);
+  if (p->state == PAGE_INFLIGHT)
+    s->inflight--;
+  s->count--;
+  STAT_SUB (pc->stats, cache_bytes, pc->page_size);
+  if (!s->free_data)
+    s->free_data = p->data;
+  else
+    free (p->data);
+  free (p);
+}
+
+/* Make room for one page.  Called with s->lock held. */
+static bool
+evict_one (struct rc_pagecache *pc, struct shard *s)
+{
+  struct page *victim = lru_oldest (&s->unused);
+
+  if (victim)
+    STAT_ADD (pc->stats, ahead_wasted, 1);
+  else
+    victim = lru_oldest (&s->used);
+  if (!victim)
+    return false;               /* everything is in flight */
+  remove_page (pc, s, victim);
+  STAT_ADD (pc->stats, evictions, 1);
+  return true;
+}
+
+bool
+rc_pc_insert (struct rc_pagecache *pc, ra_pgoff index, bool marker)
+{
+  struct shard *s;
+  struct page *p;
+  char *data;
+  bool ok = false;
+
+  if (index >= pc->nr_pages)
+    return false;
+  s = shard_of (pc, index);
+  ACQUIRE_LOCK (&s->lock);
+  if (lookup (s, index))
+    goto out;
+  if (s->count >= s->capacity && !evict_one (pc, s))
+    goto out;
+  p = malloc (sizeof *p);
+  if (!p)
+    goto out;
+  data = s->free_data;
+  s->free_data = NULL;
+  if (!data)
+    data = malloc (pc->page_size);
+  if (!data) {
+    free (p);
+    goto out;
+  }
+  p->index = index;
+  p->data = data;
+  p->state = PAGE_INFLIGHT;
+  p->flags = PF_UNUSED | (marker ? PF_MARKER : 0);
+  p->lprev = p->lnext = NULL;
+  p->hnext = s->buckets[bucket_of (s, index)];
+  s->buckets[bucket_of (s, index)] = p;
+  s->count++;
+  s->inflight++;
+  STAT_ADD (pc->stats, cache_bytes, pc->page_size);
+  ok = true;
+ out:
+  RELEASE_LOCK (&s->lock);
+  return ok;
+}
+
+/* Walk pages [start, start + count), calling fn on each with its shard
+ * locked; consecutive pages of one shard take the lock once.
+ */
+static void
+for_each_page (struct rc_pagecache *pc, ra_pgoff start, ra_pgoff count,
+               void (*fn) (struct rc_pagecache *, struct shard *, ra_pgoff,
+                           void *),
+               void *arg)
+{
+  ra_pgoff i = start, end = start + count;
+
+  while (i < end) {
+    struct shard *s = shard_of (pc, i);
+    ra_pgoff group_end = ((i >> GROUP_SHIFT) + 1) << GROUP_SHIFT;
+    bool wake;
+
+    if (group_end > end)
+      group_end = end;
+    ACQUIRE_LOCK (&s->lock);
+    for (; i < group_end; i++)
+      fn (pc, s, i, arg);
+    wake = s->waiters > 0;
+    RELEASE_LOCK (&s->lock);
+    if (wake)
+      pthread_cond_broadcast (&s->ready);
+  }
+}
+
+struct complete_arg {
+  ra_pgoff start;
+  const char *buf;
+  size_t len;
+  int err;
+};
+
+static void
+complete_one (struct rc_pagecache *pc, struct shard *s, ra_pgoff i,
+              void *argv)
+{
+  struct complete_arg *a = argv;
+  struct page *p = lookup (s, i);
+  size_t off = (size_t) (i - a->start) << pc->page_shift;
+
+  if (!p || p->state != PAGE_INFLIGHT)
+    return;                     /* cannot happen: in-flight pages stay */
+  if (a->err || (p->flags & PF_STALE)) {
+    remove_page (pc, s, p);
+    return;
+  }
+  if (off < a->len) {
+    size_t n = a->len - off < pc->page_size ? a->len - off : pc->page_size;
+    memcpy (p->data, a->buf + off, n);
+    if (n < pc->page_size)
+      memset (p->data + n, 0, pc->page_size - n);
+  }
+  else
+    memset (p->data, 0, pc->page_size);
+  p->state = PAGE_UPTODATE;
+  s->inflight--;
+  lru_push ((p->flags & PF_UNUSED) ? &s->unused : &s->used, p);
+}
+
+void
+rc_pc_complete (struct rc_pagecache *pc, ra_pgoff start, ra_pgoff count,
+                const char *buf, size_t len, int err)
+{
+  struct complete_arg a = { .start = start, .buf = buf, .len = len,
+                            .err = err };
+
+  for_each_page (pc, start, count, complete_one, &a);
+}
+
+static void
+abandon_one (struct rc_pagecache *pc, struct shard *s, ra_pgoff i,
+             void *argv)
+{
+  ra_pgoff *removed = argv;
+  struct page *p = lookup (s, i);
+
+  if (p && p->state == PAGE_INFLIGHT) {
+    remove_page (pc, s, p);
+    (*removed)++;
+  }
+}
+
+ra_pgoff
+rc_pc_abandon (struct rc_pagecache *pc, ra_pgoff start, ra_pgoff count)
+{
+  ra_pgoff removed = 0;
+
+  for_each_page (pc, start, count, abandon_one, &removed);
+  return removed;
+}
+
+static void
+invalidate_one (struct rc_pagecache *pc, struct shard *s, ra_pgoff i,
+                void *argv)
+{
+  struct page *p = lookup (s, i);
+
+  if (!p)
+    return;
+  STAT_ADD (pc->stats, invalidated_pages, 1);
+  if (p->state == PAGE_INFLIGHT)
+    p->flags |= PF_STALE;
+  else
+    remove_page (pc, s, p);
+}
+
+void
+rc_pc_invalidate (struct rc_pagecache *pc, uint64_t offset, uint64_t count)
+{
+  ra_pgoff first, last;
+
+  if (count == 0)
+    return;
+  first = offset >> pc->page_shift;
+  last = (offset + count - 1) >> pc->page_shift;
+  for_each_page (pc, first, last - first + 1, invalidate_one, NULL);
+}
+
+enum rc_access
+rc_pc_access (struct rc_pagecache *pc, ra_pgoff index,
+              void *dst, uint32_t off, uint32_t len, bool *waited)
+{
+  struct shard *s = shard_of (pc, index);
+  enum rc_access ret;
+  struct page *p;
+
+  *waited = false;
+  ACQUIRE_LOCK (&s->lock);
+  for (;;) {
+    p = lookup (s, index);
+    if (!p) {
+      ret = RC_ACCESS_ABSENT;
+      break;
+    }
+    if (p->flags & PF_MARKER) {
+      p->flags &= ~PF_MARKER;
+      ret = RC_ACCESS_MARKER;
+      break;
+    }
+    if (p->state == PAGE_UPTODATE) {
+      memcpy (dst, p->data + off, len);
+      if (p->flags & PF_UNUSED) {
+        p->flags &= ~PF_UNUSED;
+        STAT_ADD (pc->stats, ahead_used, 1);
+      }
+      lru_unlink (p);
+      lru_push (&s->used, p);
+      ret = RC_ACCESS_COPIED;
+      break;
+    }
+    /* In flight: sleep until its read completes (or fails, or a write
+     * makes it stale), then look again: it may be gone.
+     */
+    *waited = true;
+    s->waiters++;
+    pthread_cond_wait (&s->ready, &s->lock);
+    s->waiters--;
+  }
+  RELEASE_LOCK (&s->lock);
+  return ret;
+}
+
+/* The engine's queries. */
+static bool
+q_cached (void *opaque, ra_pgoff index)
+{
+  struct rc_pagecache *pc = opaque;
+  struct shard *s;
+  bool r;
+
+  if (index >= pc->nr_pages)
+    return false;
+  s = shard_of (pc, index);
+  ACQUIRE_LOCK (&s->lock);
+  r = lookup (s, index) != NULL;
+  RELEASE_LOCK (&s->lock);
+  return r;
+}
+
+const struct ra_cache_ops rc_pc_query_ops = { .cached = q_cached };
+
+void
+rc_pc_counts (struct rc_pagecache *pc, struct rc_pc_counts *out)
+{
+  unsigned i;
+  size_t b;
+
+  memset (out, 0, sizeof *out);
+  for (i = 0; i < pc->nshards; i++) {
+    struct shard *s = &pc->shards[i];
+
+    ACQUIRE_LOCK (&s->lock);
+    out->pages += s->count;
+    out->inflight += s->inflight;
+    out->capacity += s->capacity;
+    for (b = 0; b <= s->bucket_mask; b++) {
+      struct page *p;
+      for (p = s->buckets[b]; p; p = p->hnext) {
+        if (p->state == PAGE_UPTODATE)
+          out->uptodate++;
+        if (p->flags & PF_UNUSED)
+          out->unused++;
+      }
+    }
+    RELEASE_LOCK (&s->lock);
+  }
+}

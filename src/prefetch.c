@@ -1,0 +1,318 @@
+/* ra-cache: backend reads.
+ *
+ * Every backend read covers a batch of contiguous pages that ra_submit
+ * inserted in flight (at most io_max bytes).  A batch of a window's sync
+ * part is read by the client thread that waits for it (or, when the sync
+ * part has several batches, partly by workers in parallel); a batch of
+ * the async part is queued for the background workers and never delays
+ * the client that triggered it.  Sync jobs are queued ahead of async
+ * jobs so a waiting client never waits behind speculation.
+ *
+ * Each worker opens its own backend context (struct rc_backend's
+ * worker_open) the first time it runs a job.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include "cache-internal.h"
+#include "racache/util.h"
+
+void
+rc_wait_init (struct rc_wait *w)
+{
+  pthread_mutex_init (&w->lock, NULL);
+  pthread_cond_init (&w->done, NULL);
+  w->pending = 0;
+  w->err = 0;
+}
+
+void
+rc_wait_destroy (struct rc_wait *w)
+{
+  pthread_mutex_destroy (&w->lock);
+  pthread_cond_destroy (&w->done);
+}
+
+static void
+wait_add (struct rc_wait *w)
+{
+  ACQUIRE_LOCK (&w->lock);
+  w->pending++;
+  RELEASE_LOCK (&w->lock);
+}
+
+static void
+wait_finish (struct rc_wait *w, int err)
+{
+  ACQUIRE_LOCK (&w->lock);
+  if (err && !w->err)
+    w->err = err;
+  /* Signal while holding the lock: the waiter may destroy w as soon as
+   * it sees pending == 0.
+   */
+  if (--w->pending == 0)
+    pthread_cond_broadcast (&w->done);
+  RELEASE_LOCK (&w->lock);
+}
+
+/* Returns the first error of the group, or 0. */
+int
+rc_wait_for (struct rc_wait *w)
+{
+  int err;
+
+  ACQUIRE_LOCK (&w->lock);
+  while (w->pending > 0)
+    pthread_cond_wait (&w->done, &w->lock);
+  err = w->err;
+  RELEASE_LOCK (&w->lock);
+  return err;
+}
+
+static unsigned
+inflight_add (struct rc_cache *c)
+{
+  unsigned n = atomic_fetch_add (&c->inflight, 1) + 1;
+
+  stat_max (&c->stats.inflight_hwm, n);
+  return n;
+}
+
+static void
+inflight_done (struct rc_cache *c)
+{
+  atomic_fetch_sub (&c->inflight, 1);
+}
+
+/* Read count bytes at offset from the backend (no cache involved). */
+int
+rc_backend_read_bytes (struct rc_cache *c, void *ctx, void *buf,
+                       uint32_t count, uint64_t offset, int *err)
+{
+  int r;
+
+  STAT_ADD (&c->stats, backend_reads, 1);
+  STAT_ADD (&c->stats, backend_bytes, count);
+  r = c->be.pread (c->be.opaque, ctx, buf, count, offset, err);
+  if (r == -1) {
+    STAT_ADD (&c->stats, backend_errors, 1);
+    if (*err == 0)
+      *err = EIO;
+  }
+  return r;
+}
+
+/* Read the in-flight pages [start, start + count) and complete them.
+ * The caller has already counted this read in c->inflight.
+ */
+static int
+read_pages (struct rc_cache *c, void *ctx, ra_pgoff start, ra_pgoff count,
+            char *buf, int *err)
+{
+  unsigned shift = c->params.page_shift;
+  uint64_t offset = start << shift;
+  uint64_t len = count << shift;
+  int r = 0;
+
+  *err = 0;
+  if (offset >= c->params.export_size)
+    len = 0;
+  else if (len > c->params.export_size - offset)
+    len = c->params.export_size - offset;
+  if (len > 0)
+    r = rc_backend_read_bytes (c, ctx, buf, len, offset, err);
+  rc_pc_complete (c->pc, start, count, buf, len, r == -1 ? *err : 0);
+  inflight_done (c);
+  return r;
+}
+
+int
+rc_backend_read_pages (struct rc_cache *c, void *ctx, ra_pgoff start,
+                       ra_pgoff count, int *err)
+{
+  char *buf = malloc (count << c->params.page_shift);
+  int r;
+
+  inflight_add (c);
+  if (!buf) {
+    *err = ENOMEM;
+    rc_pc_complete (c->pc, start, count, NULL, 0, ENOMEM);
+    inflight_done (c);
+    return -1;
+  }
+  r = read_pages (c, ctx, start, count, buf, err);
+  free (buf);
+  return r;
+}
+
+static void finish_job (struct rc_cache *c, struct rc_job *j, int r,
+                        int err);
+
+void
+rc_queue_job (struct rc_cache *c, ra_pgoff start, ra_pgoff count,
+              bool async, struct rc_wait *wait)
+{
+  struct rc_job *j = malloc (sizeof *j);
+
+  if (!j) {
+    /* Nothing will read these pages: give them back at once. */
+    rc_pc_complete (c->pc, start, count, NULL, 0, ENOMEM);
+    if (wait) {
+      wait_add (wait);
+      wait_finish (wait, ENOMEM);
+    }
+    return;
+  }
+  j->next = NULL;
+  j->start = start;
+  j->count = count;
+  j->async = async;
+  j->wait = wait;
+  if (wait)
+    wait_add (wait);
+  inflight_add (c);
+
+  ACQUIRE_LOCK (&c->qlock);
+  if (c->stopping) {
+    /* Shutting down: nobody will read these pages. */
+    RELEASE_LOCK (&c->qlock);
+    rc_pc_complete (c->pc, start, count, NULL, 0, ESHUTDOWN);
+    inflight_done (c);
+    finish_job (c, j, -1, ESHUTDOWN);
+    return;
+  }
+  if (async) {
+    *c->async_tail = j;
+    c->async_tail = &j->next;
+  }
+  else {
+    *c->sync_tail = j;
+    c->sync_tail = &j->next;
+  }
+  RELEASE_LOCK (&c->qlock);
+  pthread_cond_signal (&c->qcond);
+}
+
+/* Called with c->qlock held. */
+static struct rc_job *
+dequeue (struct rc_cache *c)
+{
+  struct rc_job *j;
+
+  if ((j = c->sync_head) != NULL) {
+    c->sync_head = j->next;
+    if (!c->sync_head)
+      c->sync_tail = &c->sync_head;
+  }
+  else if ((j = c->async_head) != NULL) {
+    c->async_head = j->next;
+    if (!c->async_head)
+      c->async_tail = &c->async_head;
+  }
+  return j;
+}
+
+static void
+finish_job (struct rc_cache *c, struct rc_job *j, int r, int err)
+{
+  if (j->async)
+    STAT_ADD (&c->stats, async_pages, r == 0 ? j->count : 0);
+  if (j->wait)
+    wait_finish (j->wait, r == 0 ? 0 : err);
+  free (j);
+}
+
+static void *
+worker_main (void *arg)
+{
+  struct rc_cache *c = arg;
+  void *ctx = NULL;
+  bool opened = false;
+  char *buf = malloc (c->cfg.io_max);
+
+  ACQUIRE_LOCK (&c->qlock);
+  for (;;) {
+    struct rc_job *j = dequeue (c);
+    int r, err = 0;
+
+    if (!j) {
+      if (c->stopping)
+        break;
+      pthread_cond_wait (&c->qcond, &c->qlock);
+      continue;
+    }
+    RELEASE_LOCK (&c->qlock);
+
+    if (!opened && c->be.worker_open) {
+      ctx = c->be.worker_open (c->be.opaque);
+      opened = ctx != NULL;
+    }
+    if (!buf || (c->be.worker_open && !opened)) {
+      err = buf ? EIO : ENOMEM;
+      rc_pc_complete (c->pc, j->start, j->count, NULL, 0, err);
+      inflight_done (c);
+      r = -1;
+    }
+    else
+      r = read_pages (c, ctx, j->start, j->count, buf, &err);
+    finish_job (c, j, r, err);
+
+    ACQUIRE_LOCK (&c->qlock);
+  }
+  RELEASE_LOCK (&c->qlock);
+
+  if (opened && c->be.worker_close)
+    c->be.worker_close (c->be.opaque, ctx);
+  free (buf);
+  return NULL;
+}
+
+int
+rc_workers_start (struct rc_cache *c, unsigned n)
+{
+  unsigned i;
+  int e;
+
+  c->workers = calloc (n, sizeof *c->workers);
+  if (!c->workers)
+    return -1;
+  for (i = 0; i < n; i++) {
+    e = pthread_create (&c->workers[i], NULL, worker_main, c);
+    if (e != 0) {
+      c->nworkers = i;
+      rc_workers_stop (c);
+      errno = e;
+      return -1;
+    }
+  }
+  c->nworkers = n;
+  return 0;
+}
+
+void
+rc_workers_stop (struct rc_cache *c)
+{
+  struct rc_job *j;
+  unsigned i;
+
+  /* Queued jobs are abandoned: their pages go back to absent and any
+   * client waiting for them gets ESHUTDOWN.
+   */
+  ACQUIRE_LOCK (&c->qlock);
+  c->stopping = true;
+  while ((j = dequeue (c)) != NULL) {
+    rc_pc_complete (c->pc, j->start, j->count, NULL, 0, ESHUTDOWN);
+    inflight_done (c);
+    finish_job (c, j, -1, ESHUTDOWN);
+  }
+  RELEASE_LOCK (&c->qlock);
+  pthread_cond_broadcast (&c->qcond);
+  for (i = 0; i < c->nworkers; i++)
+    pthread_join (c->workers[i], NULL);
+  free (c->workers);
+  c->workers = NULL;
+  c->nworkers = 0;
+}
