@@ -29,6 +29,7 @@ struct page {
   ra_pgoff index;
   struct page *hnext;              /* hash chain */
   struct page *lprev, *lnext;      /* LRU list, when up to date */
+  uint64_t stamp;                  /* shard tick when last put on a list */
   uint8_t state;
   uint8_t flags;
   char *data;
@@ -47,6 +48,7 @@ struct shard {
   struct lru used;                 /* used by a client */
   size_t count, capacity;
   size_t inflight;
+  uint64_t tick;                   /* counts list insertions: page age */
   unsigned waiters;
   char *free_data;                 /* one spare data buffer to reuse */
 } __attribute__ ((aligned (64)));
@@ -231,16 +233,30 @@ remove_page (struct rc_pagecache *pc, struct shard *s, struct page *p)
   free (p);
 }
 
-/* Make room for one page.  Called with s->lock held. */
+/* Make room for one page.  Called with s->lock held.
+ *
+ * Pages read ahead and never used go first, but a plain "unused first"
+ * rule would evict the window a streaming reader is about to consume as
+ * soon as the cache is full, and keep the pages it has finished with.
+ * So unused pages age twice as fast as used ones: the oldest unused
+ * page is evicted if it has waited at least half as long as the oldest
+ * used page; speculation that is not consumed in that time is what the
+ * cache gives up first, and counts as wasted.
+ */
 static bool
 evict_one (struct rc_pagecache *pc, struct shard *s)
 {
-  struct page *victim = lru_oldest (&s->unused);
+  struct page *unused = lru_oldest (&s->unused);
+  struct page *used = lru_oldest (&s->used);
+  struct page *victim;
 
-  if (victim)
+  if (unused &&
+      (!used || 2 * (s->tick - unused->stamp) >= s->tick - used->stamp)) {
+    victim = unused;
     STAT_ADD (pc->stats, ahead_wasted, 1);
+  }
   else
-    victim = lru_oldest (&s->used);
+    victim = used;
   if (!victim)
     return false;               /* everything is in flight */
   remove_page (pc, s, victim);
@@ -350,6 +366,7 @@ complete_one (struct rc_pagecache *pc, struct shard *s, ra_pgoff i,
     memset (p->data, 0, pc->page_size);
   p->state = PAGE_UPTODATE;
   s->inflight--;
+  p->stamp = ++s->tick;
   lru_push ((p->flags & PF_UNUSED) ? &s->unused : &s->used, p);
 }
 
@@ -440,6 +457,7 @@ rc_pc_access (struct rc_pagecache *pc, ra_pgoff index,
         STAT_ADD (pc->stats, ahead_used, 1);
       }
       lru_unlink (p);
+      p->stamp = ++s->tick;
       lru_push (&s->used, p);
       ret = RC_ACCESS_COPIED;
       break;

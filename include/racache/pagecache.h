@@ -13,10 +13,13 @@
  * shard holds at most its share), plus a small struct per page.
  *
  * Eviction is LRU-like and prefetch-aware: up to date pages that were
- * read ahead and never used by a client are evicted first (oldest
- * first), counted as wasted; then pages a client used, least recently
- * used first.  Pages in flight are not on the LRU lists, so a page in
- * flight (and so any page someone waits for) is never evicted.
+ * read ahead and never used by a client are evicted before pages a
+ * client used, oldest first, and counted as wasted; to keep a streaming
+ * reader's next window from being evicted before it is reached, unused
+ * pages age twice as fast as used ones rather than being taken at any
+ * age (see evict_one in src/pagecache.c).  Pages in flight are not on
+ * the LRU lists, so a page in flight (and so any page someone waits
+ * for) is never evicted.
  */
 #ifndef RACACHE_PAGECACHE_H
 #define RACACHE_PAGECACHE_H
