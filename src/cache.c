@@ -47,13 +47,13 @@ rc_cache_new (const struct rc_config *cfg, const struct rc_backend *be,
     return NULL;
   c->cfg = *cfg;
   c->be = *be;
-  c->pc = rc_pc_new (cfg->cache_size, cfg->page_size, &c->stats);
+  c->pc = rc_pc_new (cfg->cache_size, (uint32_t) cfg->page_size, &c->stats);
   if (!c->pc) {
     free (c);
     errno = ENOMEM;
     return NULL;
   }
-  c->params.page_shift = __builtin_ctz (cfg->page_size);
+  c->params.page_shift = __builtin_ctz ((unsigned) cfg->page_size);
   c->params.ra_max = cfg->ra_max >> c->params.page_shift;
   c->params.io_max = cfg->io_max >> c->params.page_shift;
   if (c->params.io_max == 0)

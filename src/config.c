@@ -1,22 +1,117 @@
-/* ra-cache: configuration defaults and validation. */
+/* ra-cache: configuration keys, parsing, the libconfig file, validation. */
 
 #include <config.h>
 
-#include <stdio.h>
+#include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libconfig.h>
 
 #include "racache/config.h"
+
+#define KEY(name, type, field, def, range, help) \
+  { name, type, offsetof (struct rc_config, field), def, range, help }
+
+const struct rc_key rc_keys[] = {
+  KEY ("ra-cache-size", RC_KEY_SIZE, cache_size, "256M",
+       "one page to 2^63-1, and at least twice ra-max",
+       "Page data kept in memory, at most."),
+  KEY ("ra-cache-page-size", RC_KEY_SIZE, page_size, "4K",
+       "a power of two from 512 to 1M",
+       "Cache page size."),
+  KEY ("ra-max", RC_KEY_SIZE, ra_max, "4M",
+       "0 (readahead off) to 1G, whole pages",
+       "Largest readahead window."),
+  KEY ("ra-io-max", RC_KEY_SIZE, io_max, "1M",
+       "one page to 32M, whole pages",
+       "Largest single backend read."),
+  KEY ("ra-max-background", RC_KEY_UNSIGNED, max_background, "12",
+       "1 to 256",
+       "Background workers: async backend reads in flight, at most."),
+  KEY ("ra-congestion-threshold", RC_KEY_UNSIGNED, congestion_threshold,
+       "9", "1 to ra-max-background (default: 3/4 of ra-max-background)",
+       "Skip async parts when this many backend reads are in flight."),
+};
+const size_t rc_nkeys = sizeof rc_keys / sizeof rc_keys[0];
 
 void
 rc_config_defaults (struct rc_config *c)
 {
+  memset (c, 0, sizeof *c);
   c->cache_size = RC_DEFAULT_CACHE_SIZE;
   c->page_size = RC_DEFAULT_PAGE_SIZE;
   c->ra_max = RC_DEFAULT_RA_MAX;
   c->io_max = RC_DEFAULT_IO_MAX;
   c->max_background = RC_DEFAULT_MAX_BACKGROUND;
-  c->congestion_threshold = RC_DEFAULT_CONGESTION_THRESHOLD;
-  c->congestion_threshold_set = 0;
+  c->congestion_threshold = 0;  /* derived in rc_config_check */
+}
+
+int
+rc_parse_size (const char *s, uint64_t *out)
+{
+  uint64_t v = 0;
+  unsigned shift = 0;
+  const char *p = s;
+
+  if (*p < '0' || *p > '9')
+    return -1;
+  for (; *p >= '0' && *p <= '9'; p++) {
+    if (v > (UINT64_MAX - (*p - '0')) / 10)
+      return -1;
+    v = v * 10 + (*p - '0');
+  }
+  switch (*p) {
+  case '\0': break;
+  case 'b': case 'B': shift = 0; p++; break;
+  case 'k': case 'K': shift = 10; p++; break;
+  case 'm': case 'M': shift = 20; p++; break;
+  case 'g': case 'G': shift = 30; p++; break;
+  case 't': case 'T': shift = 40; p++; break;
+  case 'p': case 'P': shift = 50; p++; break;
+  case 'e': case 'E': shift = 60; p++; break;
+  default: return -1;
+  }
+  if (*p != '\0')
+    return -1;
+  if (shift && v > (UINT64_C (1) << (63 - shift)))
+    return -1;
+  v <<= shift;
+  if (v > INT64_MAX)
+    return -1;
+  *out = v;
+  return 0;
+}
+
+static const struct rc_key *
+find_key (const char *name)
+{
+  size_t i;
+
+  for (i = 0; i < rc_nkeys; i++)
+    if (strcmp (rc_keys[i].name, name) == 0)
+      return &rc_keys[i];
+  return NULL;
+}
+
+static int
+set_number (struct rc_config *c, const struct rc_key *k, uint64_t v,
+            char *err, size_t len)
+{
+  char *field = (char *) c + k->offset;
+
+  if (k->type == RC_KEY_UNSIGNED) {
+    if (v > UINT32_MAX) {
+      snprintf (err, len, "%s: %" PRIu64 " is too large", k->name, v);
+      return -1;
+    }
+    *(unsigned *) field = v;
+  }
+  else
+    *(uint64_t *) field = v;
+  return 0;
 }
 
 static int
@@ -25,22 +120,160 @@ is_pow2 (uint64_t v)
   return v != 0 && (v & (v - 1)) == 0;
 }
 
+#define FIELD_IS(k, field) ((k)->offset == offsetof (struct rc_config, field))
+
+/* The range of one key on its own (checks across keys are in
+ * rc_config_check), so that a bad value in a file is reported at its
+ * line.
+ */
+static int
+check_range (const struct rc_key *k, uint64_t v, char *err, size_t len)
+{
+  if (FIELD_IS (k, page_size) &&
+      (!is_pow2 (v) || v < RC_MIN_PAGE_SIZE || v > RC_MAX_PAGE_SIZE))
+    snprintf (err, len, "%s: %" PRIu64 " must be a power of two from 512 "
+              "to 1M", k->name, v);
+  else if (FIELD_IS (k, cache_size) && v < RC_MIN_PAGE_SIZE)
+    snprintf (err, len, "%s: %" PRIu64 " is smaller than one page",
+              k->name, v);
+  else if (FIELD_IS (k, ra_max) && v > RC_MAX_RA_MAX)
+    snprintf (err, len, "%s: %" PRIu64 " is larger than 1G", k->name, v);
+  else if (FIELD_IS (k, io_max) && (v < RC_MIN_PAGE_SIZE || v > RC_MAX_IO_MAX))
+    snprintf (err, len, "%s: %" PRIu64 " must be from one page to 32M",
+              k->name, v);
+  else if (FIELD_IS (k, max_background) && (v < 1 || v > RC_MAX_BACKGROUND))
+    snprintf (err, len, "%s: %" PRIu64 " must be from 1 to %u",
+              k->name, v, RC_MAX_BACKGROUND);
+  else if (FIELD_IS (k, congestion_threshold) &&
+           (v < 1 || v > RC_MAX_BACKGROUND))
+    snprintf (err, len, "%s: %" PRIu64 " must be from 1 to "
+              "ra-max-background", k->name, v);
+  else
+    return 0;
+  return -1;
+}
+
+int
+rc_config_set (struct rc_config *c, const char *key, const char *value,
+               char *err, size_t len)
+{
+  const struct rc_key *k = find_key (key);
+  uint64_t v;
+  char *end;
+
+  if (!k)
+    return 1;
+  if (k->type == RC_KEY_SIZE) {
+    if (rc_parse_size (value, &v) == -1) {
+      snprintf (err, len, "%s: '%s' is not a size (digits and an optional "
+                "suffix k, M, G, ...)", key, value);
+      return -1;
+    }
+  }
+  else {
+    errno = 0;
+    if (value[0] < '0' || value[0] > '9' ||
+        (v = strtoull (value, &end, 10), errno != 0) || *end != '\0') {
+      snprintf (err, len, "%s: '%s' is not a whole number", key, value);
+      return -1;
+    }
+  }
+  if (check_range (k, v, err, len) == -1)
+    return -1;
+  return set_number (c, k, v, err, len);
+}
+
+int
+rc_config_load_file (struct rc_config *c, const char *path,
+                     bool (*skip) (const char *key, void *arg), void *arg,
+                     char *err, size_t len)
+{
+  config_t cf;
+  config_setting_t *root;
+  int i, n, r = -1;
+  char msg[256];
+
+  config_init (&cf);
+  if (config_read_file (&cf, path) == CONFIG_FALSE) {
+    if (config_error_type (&cf) == CONFIG_ERR_FILE_IO)
+      snprintf (err, len, "%s: cannot read the configuration file: %s",
+                path, strerror (errno));
+    else
+      snprintf (err, len, "%s:%d: %s", path, config_error_line (&cf),
+                config_error_text (&cf));
+    goto out;
+  }
+  root = config_root_setting (&cf);
+  n = config_setting_length (root);
+  for (i = 0; i < n; i++) {
+    config_setting_t *s = config_setting_get_elem (root, i);
+    const char *name = config_setting_name (s);
+    int line = config_setting_source_line (s);
+    const struct rc_key *k = find_key (name);
+    char text[64];
+    const char *value;
+
+    if (!k) {
+      snprintf (err, len, "%s:%d: %s: unknown key", path, line, name);
+      goto out;
+    }
+    switch (config_setting_type (s)) {
+    case CONFIG_TYPE_INT:
+    case CONFIG_TYPE_INT64: {
+      long long v = config_setting_get_int64 (s);
+      if (v < 0) {
+        snprintf (err, len, "%s:%d: %s: %lld must not be negative",
+                  path, line, name, v);
+        goto out;
+      }
+      snprintf (text, sizeof text, "%lld", v);
+      value = text;
+      break;
+    }
+    case CONFIG_TYPE_STRING:
+      value = config_setting_get_string (s);
+      break;
+    default:
+      snprintf (err, len, "%s:%d: %s: wrong type: expected %s", path, line,
+                name, k->type == RC_KEY_SIZE
+                ? "a size (an integer, or a string such as \"4M\")"
+                : "an integer");
+      goto out;
+    }
+    if (skip && skip (name, arg))
+      continue;                 /* the command line overrides the file */
+    if (rc_config_set (c, name, value, msg, sizeof msg) != 0) {
+      snprintf (err, len, "%s:%d: %s", path, line, msg);
+      goto out;
+    }
+  }
+  r = 0;
+ out:
+  config_destroy (&cf);
+  return r;
+}
+
 const char *
 rc_config_check (struct rc_config *c, char *buf, size_t len)
 {
   if (!is_pow2 (c->page_size) ||
       c->page_size < RC_MIN_PAGE_SIZE || c->page_size > RC_MAX_PAGE_SIZE) {
-    snprintf (buf, len, "ra-cache-page-size: %" PRIu32 " must be a power of "
+    snprintf (buf, len, "ra-cache-page-size: %" PRIu64 " must be a power of "
               "two from 512 to 1M", c->page_size);
     return buf;
   }
   if (c->cache_size < c->page_size) {
     snprintf (buf, len, "ra-cache-size: %" PRIu64 " is smaller than one page "
-              "(%" PRIu32 ")", c->cache_size, c->page_size);
+              "(%" PRIu64 ")", c->cache_size, c->page_size);
     return buf;
   }
   if (c->ra_max > RC_MAX_RA_MAX) {
     snprintf (buf, len, "ra-max: %" PRIu64 " is larger than 1G", c->ra_max);
+    return buf;
+  }
+  if (c->ra_max % c->page_size) {
+    snprintf (buf, len, "ra-max: %" PRIu64 " is not a whole number of pages "
+              "(ra-cache-page-size %" PRIu64 ")", c->ra_max, c->page_size);
     return buf;
   }
   if (c->ra_max > c->cache_size / 2) {
@@ -51,7 +284,13 @@ rc_config_check (struct rc_config *c, char *buf, size_t len)
   }
   if (c->io_max < c->page_size || c->io_max > RC_MAX_IO_MAX) {
     snprintf (buf, len, "ra-io-max: %" PRIu64 " must be from one page "
-              "(%" PRIu32 ") to 32M", c->io_max, c->page_size);
+              "(%" PRIu64 ") to 32M", c->io_max, c->page_size);
+    return buf;
+  }
+  if (c->io_max % c->page_size) {
+    snprintf (buf, len, "ra-io-max: %" PRIu64 " is not a whole number of "
+              "pages (ra-cache-page-size %" PRIu64 ")",
+              c->io_max, c->page_size);
     return buf;
   }
   if (c->max_background < 1 || c->max_background > RC_MAX_BACKGROUND) {
@@ -59,10 +298,9 @@ rc_config_check (struct rc_config *c, char *buf, size_t len)
               c->max_background, RC_MAX_BACKGROUND);
     return buf;
   }
-  if (!c->congestion_threshold_set)
+  if (c->congestion_threshold == 0)
     c->congestion_threshold = (c->max_background * 3 + 3) / 4;
-  if (c->congestion_threshold < 1 ||
-      c->congestion_threshold > c->max_background) {
+  if (c->congestion_threshold > c->max_background) {
     snprintf (buf, len, "ra-congestion-threshold: %u must be from 1 to "
               "ra-max-background (%u)", c->congestion_threshold,
               c->max_background);

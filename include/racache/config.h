@@ -1,10 +1,15 @@
 /* ra-cache: every tunable in one struct, with its default and limits.
- * The man page, etc/ra-cache.conf and the filter's --help text list the
- * same keys and defaults; keep them in agreement.
+ *
+ * The keys are the same as nbdkit parameters and in a libconfig file
+ * (ra-cache-config=FILE).  rc_keys[] is the list of them; the filter's
+ * --help text, the man page and etc/ra-cache.conf repeat it for their
+ * readers, and a test checks that all of them name the same keys and
+ * defaults.
  */
 #ifndef RACACHE_CONFIG_H
 #define RACACHE_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -21,7 +26,6 @@
 #define RC_DEFAULT_RA_MAX          (UINT64_C(4) << 20)
 #define RC_DEFAULT_IO_MAX          (UINT64_C(1) << 20)
 #define RC_DEFAULT_MAX_BACKGROUND  12u
-#define RC_DEFAULT_CONGESTION_THRESHOLD 9u   /* 3/4 of max_background */
 
 #define RC_MIN_PAGE_SIZE   512u
 #define RC_MAX_PAGE_SIZE   (1u << 20)
@@ -31,15 +35,51 @@
 
 struct rc_config {
   uint64_t cache_size;        /* bytes of page data, at most */
-  uint32_t page_size;         /* bytes, power of two */
+  uint64_t page_size;         /* bytes, power of two */
   uint64_t ra_max;            /* bytes, largest window; 0 = readahead off */
   uint64_t io_max;            /* bytes, largest backend read */
   unsigned max_background;    /* async backend reads in flight, at most */
-  unsigned congestion_threshold; /* skip the async part at this many reads in flight */
-  int congestion_threshold_set;  /* given explicitly (else 3/4 of max_background) */
+  unsigned congestion_threshold; /* skip the async part at this many in flight;
+                                  * 0 = 3/4 of max_background */
 };
 
+enum rc_key_type { RC_KEY_SIZE, RC_KEY_UNSIGNED };
+
+struct rc_key {
+  const char *name;
+  enum rc_key_type type;
+  size_t offset;              /* of the field in struct rc_config */
+  const char *def;            /* default, as the documentation writes it */
+  const char *range;          /* range, as the documentation writes it */
+  const char *help;           /* one line */
+};
+
+extern const struct rc_key rc_keys[];
+extern const size_t rc_nkeys;
+
 void rc_config_defaults (struct rc_config *c);
+
+/* Parse a size the way nbdkit does: decimal digits and an optional
+ * binary suffix (b, k, M, G, T, P, E, either case).  Returns -1 if it is
+ * not one.
+ */
+int rc_parse_size (const char *s, uint64_t *out);
+
+/* Set key to value (text, as on the command line).  Returns 0 on
+ * success, -1 with a message in err for a bad value, 1 if the key is not
+ * one of ra-cache's.
+ */
+int rc_config_set (struct rc_config *c, const char *key, const char *value,
+                   char *err, size_t len);
+
+/* Read a libconfig file and set every key in it, except those for which
+ * skip(key) is true (given on the command line, which overrides the
+ * file).  Returns 0, or -1 with a message naming the file, the line and
+ * the key in err.
+ */
+int rc_config_load_file (struct rc_config *c, const char *path,
+                         bool (*skip) (const char *key, void *arg),
+                         void *arg, char *err, size_t len);
 
 /* Cross-check a configuration and fill in derived values.  Returns NULL
  * when it is valid, else a message naming the key that is wrong, written

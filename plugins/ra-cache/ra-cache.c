@@ -47,6 +47,12 @@ struct handle {
   bool exportname_given;
 };
 
+/* Parameters given on the command line, applied after the file. */
+#define MAX_CMDLINE 32
+static struct { const char *key, *value; } cmdline[MAX_CMDLINE];
+static size_t ncmdline;
+static const char *config_file;
+
 static void
 ra_cache_load (void)
 {
@@ -54,95 +60,102 @@ ra_cache_load (void)
 }
 
 static int
-parse_size_key (const char *key, const char *value, uint64_t *out)
-{
-  int64_t r = nbdkit_parse_size (value);
-
-  if (r == -1)
-    return -1;                  /* nbdkit_parse_size said why */
-  *out = r;
-  return 0;
-}
-
-static int
 ra_cache_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
                  const char *key, const char *value)
 {
-  uint64_t v;
-  unsigned u;
+  struct rc_config scratch;
+  char msg[256];
+  int r;
 
-  if (strcmp (key, "ra-cache-size") == 0) {
-    if (parse_size_key (key, value, &v) == -1)
-      return -1;
-    cfg.cache_size = v;
+  if (strcmp (key, "ra-cache-config") == 0) {
+    config_file = value;
     return 0;
   }
-  if (strcmp (key, "ra-cache-page-size") == 0) {
-    if (parse_size_key (key, value, &v) == -1)
-      return -1;
-    if (v > UINT32_MAX) {
-      nbdkit_error ("ra-cache-page-size: %s is too large", value);
-      return -1;
-    }
-    cfg.page_size = v;
-    return 0;
+  /* Check the value now, so that the error names it at once. */
+  rc_config_defaults (&scratch);
+  r = rc_config_set (&scratch, key, value, msg, sizeof msg);
+  if (r == 1)
+    return next (nxdata, key, value);
+  if (r == -1) {
+    nbdkit_error ("%s", msg);
+    return -1;
   }
-  if (strcmp (key, "ra-max") == 0) {
-    if (parse_size_key (key, value, &v) == -1)
-      return -1;
-    cfg.ra_max = v;
-    return 0;
+  if (ncmdline == MAX_CMDLINE) {
+    nbdkit_error ("%s: too many ra-cache parameters", key);
+    return -1;
   }
-  if (strcmp (key, "ra-io-max") == 0) {
-    if (parse_size_key (key, value, &v) == -1)
-      return -1;
-    cfg.io_max = v;
-    return 0;
-  }
-  if (strcmp (key, "ra-max-background") == 0) {
-    if (nbdkit_parse_unsigned (key, value, &u) == -1)
-      return -1;
-    cfg.max_background = u;
-    return 0;
-  }
-  if (strcmp (key, "ra-congestion-threshold") == 0) {
-    if (nbdkit_parse_unsigned (key, value, &u) == -1)
-      return -1;
-    cfg.congestion_threshold = u;
-    cfg.congestion_threshold_set = 1;
-    return 0;
-  }
-  return next (nxdata, key, value);
+  cmdline[ncmdline].key = key;
+  cmdline[ncmdline].value = value;
+  ncmdline++;
+  return 0;
+}
+
+static bool
+given_on_cmdline (const char *key, void *arg)
+{
+  size_t i;
+
+  for (i = 0; i < ncmdline; i++)
+    if (strcmp (cmdline[i].key, key) == 0)
+      return true;
+  return false;
 }
 
 static int
 ra_cache_config_complete (nbdkit_next_config_complete *next,
                           nbdkit_backend *nxdata)
 {
-  char msg[256];
-  const char *bad = rc_config_check (&cfg, msg, sizeof msg);
+  char msg[512];
+  const char *bad;
+  size_t i;
 
-  if (bad) {
-    nbdkit_error ("%s", bad);
+  /* Defaults, then the file, then the command line (which overrides the
+   * file whatever the order of the parameters).
+   */
+  rc_config_defaults (&cfg);
+  if (config_file &&
+      rc_config_load_file (&cfg, config_file, given_on_cmdline, NULL,
+                           msg, sizeof msg) == -1) {
+    nbdkit_error ("%s", msg);
     return -1;
   }
-  /* Windows and backend reads are whole pages. */
-  if (cfg.ra_max % cfg.page_size || cfg.io_max % cfg.page_size) {
-    nbdkit_error ("ra-max and ra-io-max must be multiples of "
-                  "ra-cache-page-size (%" PRIu32 ")", cfg.page_size);
+  for (i = 0; i < ncmdline; i++)
+    if (rc_config_set (&cfg, cmdline[i].key, cmdline[i].value,
+                       msg, sizeof msg) != 0) {
+      nbdkit_error ("%s", msg);
+      return -1;
+    }
+  bad = rc_config_check (&cfg, msg, sizeof msg);
+  if (bad) {
+    if (config_file)
+      nbdkit_error ("%s (configuration from %s and the command line)",
+                    bad, config_file);
+    else
+      nbdkit_error ("%s", bad);
     return -1;
   }
   return next (nxdata);
 }
 
+/* Every key of rc_keys[] (src/config.c) with its default and range; a
+ * test checks that this, the man page and etc/ra-cache.conf agree.
+ */
 #define ra_cache_config_help \
-  "ra-cache-size=SIZE         Page data kept in memory, at most (default 256M).\n" \
-  "ra-cache-page-size=SIZE    Cache page, power of two 512..1M (default 4K).\n" \
-  "ra-max=SIZE                Largest readahead window, 0 = off (default 4M).\n" \
-  "ra-io-max=SIZE             Largest backend read (default 1M).\n" \
-  "ra-max-background=N        Background readers, 1..256 (default 12).\n" \
-  "ra-congestion-threshold=N  Skip async parts at N reads in flight\n" \
-  "                           (default 3/4 of ra-max-background: 9)."
+  "ra-cache-config=FILE        A libconfig file setting the keys below;\n" \
+  "                            the command line overrides it.\n" \
+  "ra-cache-size=SIZE          Page data kept in memory (default 256M;\n" \
+  "                            at least one page and twice ra-max).\n" \
+  "ra-cache-page-size=SIZE     Cache page (default 4K; power of two\n" \
+  "                            from 512 to 1M).\n" \
+  "ra-max=SIZE                 Largest readahead window (default 4M;\n" \
+  "                            0 = readahead off, up to 1G).\n" \
+  "ra-io-max=SIZE              Largest backend read (default 1M;\n" \
+  "                            one page to 32M).\n" \
+  "ra-max-background=N         Background workers: async reads in flight\n" \
+  "                            (default 12; 1 to 256).\n" \
+  "ra-congestion-threshold=N   Skip async parts at N reads in flight\n" \
+  "                            (default 9, 3/4 of ra-max-background;\n" \
+  "                            1 to ra-max-background)."
 
 static int
 ra_cache_thread_model (void)
