@@ -75,6 +75,12 @@ rc_cache_new (const struct rc_config *cfg, const struct rc_backend *be,
 }
 
 void
+rc_cache_stop (struct rc_cache *c)
+{
+  rc_workers_stop (c);
+}
+
+void
 rc_cache_free (struct rc_cache *c)
 {
   if (!c)

@@ -13,7 +13,9 @@
 #include "racache/config.h"
 
 #define KEY(name, type, field, def, range, help) \
-  { name, type, offsetof (struct rc_config, field), def, range, help }
+  { name, type, offsetof (struct rc_config, field), NULL, def, range, help }
+
+static const char *const congestion_choices[] = { "skip", "wait", NULL };
 
 const struct rc_key rc_keys[] = {
   KEY ("ra-cache-size", RC_KEY_SIZE, cache_size, "256M",
@@ -34,6 +36,17 @@ const struct rc_key rc_keys[] = {
   KEY ("ra-congestion-threshold", RC_KEY_UNSIGNED, congestion_threshold,
        "9", "1 to ra-max-background (default: 3/4 of ra-max-background)",
        "Skip async parts when this many backend reads are in flight."),
+  { "ra-congestion", RC_KEY_ENUM, offsetof (struct rc_config, congestion),
+    congestion_choices, "skip", "skip or wait",
+    "At the threshold, skip the async part or queue it." },
+  KEY ("ra-cache-stats", RC_KEY_STRING, stats_file, "none",
+       "a file path", "Write the counters as JSON to this file at exit."),
+  KEY ("ra-cache-stats-socket", RC_KEY_STRING, stats_socket, "none",
+       "a Unix socket path",
+       "Serve the counters as JSON on this Unix socket."),
+  KEY ("ra-cache-stats-interval", RC_KEY_UNSIGNED, stats_interval, "0",
+       "0 (off) to 86400 seconds",
+       "Log a one-line summary of the counters this often."),
 };
 const size_t rc_nkeys = sizeof rc_keys / sizeof rc_keys[0];
 
@@ -47,6 +60,15 @@ rc_config_defaults (struct rc_config *c)
   c->io_max = RC_DEFAULT_IO_MAX;
   c->max_background = RC_DEFAULT_MAX_BACKGROUND;
   c->congestion_threshold = 0;  /* derived in rc_config_check */
+  c->congestion = RC_CONGESTION_SKIP;
+}
+
+void
+rc_config_free (struct rc_config *c)
+{
+  free (c->stats_file);
+  free (c->stats_socket);
+  c->stats_file = c->stats_socket = NULL;
 }
 
 int
@@ -144,6 +166,9 @@ check_range (const struct rc_key *k, uint64_t v, char *err, size_t len)
   else if (FIELD_IS (k, max_background) && (v < 1 || v > RC_MAX_BACKGROUND))
     snprintf (err, len, "%s: %" PRIu64 " must be from 1 to %u",
               k->name, v, RC_MAX_BACKGROUND);
+  else if (FIELD_IS (k, stats_interval) && v > 86400)
+    snprintf (err, len, "%s: %" PRIu64 " must be from 0 to 86400 seconds",
+              k->name, v);
   else if (FIELD_IS (k, congestion_threshold) &&
            (v < 1 || v > RC_MAX_BACKGROUND))
     snprintf (err, len, "%s: %" PRIu64 " must be from 1 to "
@@ -163,6 +188,43 @@ rc_config_set (struct rc_config *c, const char *key, const char *value,
 
   if (!k)
     return 1;
+  if (k->type == RC_KEY_STRING) {
+    char **field = (char **) ((char *) c + k->offset);
+    char *copy;
+
+    if (*value == '\0') {
+      snprintf (err, len, "%s: must not be empty", key);
+      return -1;
+    }
+    copy = strdup (value);
+    if (!copy) {
+      snprintf (err, len, "%s: %s", key, strerror (errno));
+      return -1;
+    }
+    free (*field);
+    *field = copy;
+    return 0;
+  }
+  if (k->type == RC_KEY_ENUM) {
+    unsigned i;
+
+    for (i = 0; k->choices[i]; i++)
+      if (strcmp (k->choices[i], value) == 0) {
+        *(unsigned *) ((char *) c + k->offset) = i;
+        return 0;
+      }
+    {
+      char list[128] = "";
+
+      for (i = 0; k->choices[i]; i++) {
+        if (i > 0)
+          strncat (list, ", ", sizeof list - strlen (list) - 1);
+        strncat (list, k->choices[i], sizeof list - strlen (list) - 1);
+      }
+      snprintf (err, len, "%s: '%s' is not one of: %s", key, value, list);
+    }
+    return -1;
+  }
   if (k->type == RC_KEY_SIZE) {
     if (rc_parse_size (value, &v) == -1) {
       snprintf (err, len, "%s: '%s' is not a size (digits and an optional "
@@ -231,15 +293,22 @@ rc_config_load_file (struct rc_config *c, const char *path,
       break;
     }
     case CONFIG_TYPE_STRING:
+      if (k->type == RC_KEY_UNSIGNED)
+        goto wrong_type;
       value = config_setting_get_string (s);
       break;
     default:
+    wrong_type:
       snprintf (err, len, "%s:%d: %s: wrong type: expected %s", path, line,
-                name, k->type == RC_KEY_SIZE
+                name,
+                k->type == RC_KEY_SIZE
                 ? "a size (an integer, or a string such as \"4M\")"
-                : "an integer");
+                : k->type == RC_KEY_UNSIGNED ? "an integer" : "a string");
       goto out;
     }
+    if ((k->type == RC_KEY_STRING || k->type == RC_KEY_ENUM) &&
+        config_setting_type (s) != CONFIG_TYPE_STRING)
+      goto wrong_type;
     if (skip && skip (name, arg))
       continue;                 /* the command line overrides the file */
     if (rc_config_set (c, name, value, msg, sizeof msg) != 0) {

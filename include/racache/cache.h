@@ -40,9 +40,12 @@ struct rc_stream;
 struct rc_cache *rc_cache_new (const struct rc_config *cfg,
                                const struct rc_backend *be,
                                unsigned nworkers);
-/* Stop the workers (queued reads are abandoned, reads in flight finish)
- * and free everything.
+/* Stop the workers: queued reads are abandoned, reads in flight finish.
+ * Afterwards the cache serves nothing new; call only when no client
+ * reads are running.
  */
+void rc_cache_stop (struct rc_cache *c);
+/* Stop the workers if still running, and free everything. */
 void rc_cache_free (struct rc_cache *c);
 
 /* Set the export size on first use; later calls return -1 if the size

@@ -33,6 +33,11 @@
 #define RC_MAX_IO_MAX      (UINT64_C(32) << 20)
 #define RC_MAX_BACKGROUND  256u
 
+enum rc_congestion_policy {
+  RC_CONGESTION_SKIP = 0,     /* drop the async part (kernel/FUSE rule) */
+  RC_CONGESTION_WAIT = 1,     /* queue it until in-flight drops below */
+};
+
 struct rc_config {
   uint64_t cache_size;        /* bytes of page data, at most */
   uint64_t page_size;         /* bytes, power of two */
@@ -41,14 +46,19 @@ struct rc_config {
   unsigned max_background;    /* async backend reads in flight, at most */
   unsigned congestion_threshold; /* skip the async part at this many in flight;
                                   * 0 = 3/4 of max_background */
+  unsigned congestion;        /* enum rc_congestion_policy */
+  char *stats_file;           /* JSON written at exit, or NULL */
+  char *stats_socket;         /* Unix socket serving JSON, or NULL */
+  unsigned stats_interval;    /* seconds between summary log lines, 0 = off */
 };
 
-enum rc_key_type { RC_KEY_SIZE, RC_KEY_UNSIGNED };
+enum rc_key_type { RC_KEY_SIZE, RC_KEY_UNSIGNED, RC_KEY_STRING, RC_KEY_ENUM };
 
 struct rc_key {
   const char *name;
   enum rc_key_type type;
   size_t offset;              /* of the field in struct rc_config */
+  const char *const *choices; /* RC_KEY_ENUM: the values, in enum order */
   const char *def;            /* default, as the documentation writes it */
   const char *range;          /* range, as the documentation writes it */
   const char *help;           /* one line */
@@ -58,6 +68,8 @@ extern const struct rc_key rc_keys[];
 extern const size_t rc_nkeys;
 
 void rc_config_defaults (struct rc_config *c);
+/* Free the strings a configuration owns. */
+void rc_config_free (struct rc_config *c);
 
 /* Parse a size the way nbdkit does: decimal digits and an optional
  * binary suffix (b, k, M, G, T, P, E, either case).  Returns -1 if it is

@@ -30,6 +30,7 @@
 
 #include "racache/cache.h"
 #include "racache/config.h"
+#include "racache/stats-server.h"
 #include "racache/util.h"
 
 /* -D ra-cache.verbose=1: log every window and backend read. */
@@ -40,6 +41,7 @@ static bool serialize_backend;
 static pthread_mutex_t backend_lock = PTHREAD_MUTEX_INITIALIZER;
 static nbdkit_backend *saved_backend;
 static struct rc_cache *cache;
+static struct rc_stats_server *stats_server;
 
 struct handle {
   struct rc_stream *stream;
@@ -59,6 +61,12 @@ ra_cache_load (void)
   rc_config_defaults (&cfg);
 }
 
+static void
+ra_cache_unload (void)
+{
+  rc_config_free (&cfg);
+}
+
 static int
 ra_cache_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
                  const char *key, const char *value)
@@ -74,6 +82,7 @@ ra_cache_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
   /* Check the value now, so that the error names it at once. */
   rc_config_defaults (&scratch);
   r = rc_config_set (&scratch, key, value, msg, sizeof msg);
+  rc_config_free (&scratch);
   if (r == 1)
     return next (nxdata, key, value);
   if (r == -1) {
@@ -112,6 +121,7 @@ ra_cache_config_complete (nbdkit_next_config_complete *next,
   /* Defaults, then the file, then the command line (which overrides the
    * file whatever the order of the parameters).
    */
+  rc_config_free (&cfg);
   rc_config_defaults (&cfg);
   if (config_file &&
       rc_config_load_file (&cfg, config_file, given_on_cmdline, NULL,
@@ -155,7 +165,15 @@ ra_cache_config_complete (nbdkit_next_config_complete *next,
   "                            (default 12; 1 to 256).\n" \
   "ra-congestion-threshold=N   Skip async parts at N reads in flight\n" \
   "                            (default 9, 3/4 of ra-max-background;\n" \
-  "                            1 to ra-max-background)."
+  "                            1 to ra-max-background).\n" \
+  "ra-congestion=skip|wait     At the threshold, drop the async part or\n" \
+  "                            queue it (default skip).\n" \
+  "ra-cache-stats=FILE         Write the counters as JSON at exit\n" \
+  "                            (default none).\n" \
+  "ra-cache-stats-socket=PATH  Serve the counters as JSON on a Unix\n" \
+  "                            socket, mode 0600 (default none).\n" \
+  "ra-cache-stats-interval=SECS  Log a summary line this often\n" \
+  "                            (default 0 = never; up to 86400)."
 
 static int
 ra_cache_thread_model (void)
@@ -234,6 +252,12 @@ static const struct rc_backend backend_ops = {
   .worker_close = backend_worker_close,
 };
 
+static void
+log_line (const char *line)
+{
+  nbdkit_debug ("%s", line);
+}
+
 static int
 ra_cache_after_fork (nbdkit_backend *backend)
 {
@@ -247,6 +271,17 @@ ra_cache_after_fork (nbdkit_backend *backend)
   if (!cache) {
     nbdkit_error ("ra-cache: cannot create the cache: %m");
     return -1;
+  }
+  if (cfg.stats_socket || cfg.stats_interval > 0) {
+    char msg[256];
+
+    stats_server = rc_stats_server_start (cache, cfg.stats_socket,
+                                          cfg.stats_interval, log_line,
+                                          msg, sizeof msg);
+    if (!stats_server) {
+      nbdkit_error ("%s", msg);
+      return -1;
+    }
   }
   return 0;
 }
@@ -289,8 +324,14 @@ log_stats (void)
 static void
 ra_cache_cleanup (nbdkit_backend *backend)
 {
+  rc_stats_server_stop (stats_server);
+  stats_server = NULL;
   if (cache) {
     log_stats ();
+    /* Stop the workers first, so the file has the final counters. */
+    rc_cache_stop (cache);
+    if (cfg.stats_file && rc_stats_write_file (cache, cfg.stats_file) == -1)
+      nbdkit_error ("ra-cache-stats: %s: %m", cfg.stats_file);
     rc_cache_free (cache);
     cache = NULL;
   }
@@ -450,6 +491,7 @@ static struct nbdkit_filter filter = {
   .name              = "ra-cache",
   .longname          = "nbdkit readahead cache filter",
   .load              = ra_cache_load,
+  .unload            = ra_cache_unload,
   .config            = ra_cache_config,
   .config_complete   = ra_cache_config_complete,
   .config_help       = ra_cache_config_help,

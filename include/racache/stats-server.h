@@ -1,0 +1,36 @@
+/* ra-cache: counters as JSON, and a libev loop in its own thread that
+ * serves them on a Unix socket and logs a summary line periodically.
+ */
+#ifndef RACACHE_STATS_SERVER_H
+#define RACACHE_STATS_SERVER_H
+
+#include <stdio.h>
+
+#include "racache/cache.h"
+
+/* Write the current counters of c as one JSON document (and a newline). */
+int rc_stats_write_json (struct rc_cache *c, FILE *fp);
+
+/* The counters as one line of text, for logs (malloc'd). */
+char *rc_stats_summary (struct rc_cache *c);
+
+/* Write the JSON document to path (replaced atomically). */
+int rc_stats_write_file (struct rc_cache *c, const char *path);
+
+struct rc_stats_server;
+
+/* Start the loop thread.  socket_path (may be NULL): serve one JSON
+ * document to each connection on a Unix socket created mode 0600;
+ * interval_secs (0 = never): call log(summary) that often.  Returns NULL
+ * with a message in err on failure.
+ */
+struct rc_stats_server *
+rc_stats_server_start (struct rc_cache *c, const char *socket_path,
+                       unsigned interval_secs,
+                       void (*log) (const char *line),
+                       char *err, size_t len);
+
+/* Stop the thread, close and remove the socket. */
+void rc_stats_server_stop (struct rc_stats_server *s);
+
+#endif /* RACACHE_STATS_SERVER_H */

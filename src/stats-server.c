@@ -1,0 +1,192 @@
+/* ra-cache: live stats.  A libev loop in its own thread accepts
+ * connections on a Unix socket and writes the current counters to each
+ * as one JSON document, then closes it; a timer logs a one-line summary.
+ * The read path never waits for this thread: counters are atomics.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <ev.h>
+
+#include "racache/stats-server.h"
+
+struct rc_stats_server {
+  struct rc_cache *c;
+  struct ev_loop *loop;
+  ev_io accept_w;
+  ev_timer timer_w;
+  ev_async stop_w;
+  int fd;
+  char *path;
+  void (*log) (const char *line);
+  pthread_t thread;
+};
+
+static void
+on_accept (struct ev_loop *loop, ev_io *w, int revents)
+{
+  struct rc_stats_server *s = w->data;
+  struct timeval tv = { .tv_sec = 1 };
+  FILE *fp;
+  int fd;
+
+  fd = accept4 (s->fd, NULL, NULL, SOCK_CLOEXEC);
+  if (fd == -1)
+    return;
+  /* A client that does not read must not stall the loop for long. */
+  setsockopt (fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  fp = fdopen (fd, "w");
+  if (!fp) {
+    close (fd);
+    return;
+  }
+  rc_stats_write_json (s->c, fp);
+  fclose (fp);
+}
+
+static void
+on_timer (struct ev_loop *loop, ev_timer *w, int revents)
+{
+  struct rc_stats_server *s = w->data;
+  char *line = rc_stats_summary (s->c);
+
+  if (line && s->log)
+    s->log (line);
+  free (line);
+}
+
+static void
+on_stop (struct ev_loop *loop, ev_async *w, int revents)
+{
+  ev_break (loop, EVBREAK_ALL);
+}
+
+static void *
+loop_main (void *arg)
+{
+  struct rc_stats_server *s = arg;
+
+  ev_run (s->loop, 0);
+  return NULL;
+}
+
+static int
+listen_unix (const char *path, char *err, size_t len)
+{
+  struct sockaddr_un addr = { .sun_family = AF_UNIX };
+  mode_t old;
+  int fd;
+
+  if (strlen (path) >= sizeof addr.sun_path) {
+    snprintf (err, len, "ra-cache-stats-socket: %s: path too long", path);
+    return -1;
+  }
+  strcpy (addr.sun_path, path);
+  fd = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd == -1) {
+    snprintf (err, len, "ra-cache-stats-socket: socket: %s", strerror (errno));
+    return -1;
+  }
+  /* Created mode 0600: the counters are the operator's business. */
+  old = umask (0177);
+  if (bind (fd, (struct sockaddr *) &addr, sizeof addr) == -1) {
+    umask (old);
+    snprintf (err, len, "ra-cache-stats-socket: %s: %s", path,
+              strerror (errno));
+    close (fd);
+    return -1;
+  }
+  umask (old);
+  if (listen (fd, 16) == -1) {
+    snprintf (err, len, "ra-cache-stats-socket: listen: %s",
+              strerror (errno));
+    close (fd);
+    unlink (path);
+    return -1;
+  }
+  return fd;
+}
+
+struct rc_stats_server *
+rc_stats_server_start (struct rc_cache *c, const char *socket_path,
+                       unsigned interval_secs,
+                       void (*log) (const char *line),
+                       char *err, size_t len)
+{
+  struct rc_stats_server *s = calloc (1, sizeof *s);
+  int e;
+
+  if (!s) {
+    snprintf (err, len, "ra-cache stats: %s", strerror (errno));
+    return NULL;
+  }
+  s->c = c;
+  s->fd = -1;
+  s->log = log;
+  s->loop = ev_loop_new (EVFLAG_AUTO);
+  if (!s->loop) {
+    snprintf (err, len, "ra-cache stats: cannot create the libev loop");
+    free (s);
+    return NULL;
+  }
+  if (socket_path) {
+    s->fd = listen_unix (socket_path, err, len);
+    if (s->fd == -1)
+      goto fail;
+    s->path = strdup (socket_path);
+    ev_io_init (&s->accept_w, on_accept, s->fd, EV_READ);
+    s->accept_w.data = s;
+    ev_io_start (s->loop, &s->accept_w);
+  }
+  if (interval_secs > 0) {
+    ev_timer_init (&s->timer_w, on_timer, interval_secs, interval_secs);
+    s->timer_w.data = s;
+    ev_timer_start (s->loop, &s->timer_w);
+  }
+  ev_async_init (&s->stop_w, on_stop);
+  ev_async_start (s->loop, &s->stop_w);
+  e = pthread_create (&s->thread, NULL, loop_main, s);
+  if (e != 0) {
+    snprintf (err, len, "ra-cache stats: pthread_create: %s", strerror (e));
+    goto fail;
+  }
+  return s;
+
+ fail:
+  if (s->fd >= 0) {
+    close (s->fd);
+    unlink (socket_path);
+  }
+  free (s->path);
+  ev_loop_destroy (s->loop);
+  free (s);
+  return NULL;
+}
+
+void
+rc_stats_server_stop (struct rc_stats_server *s)
+{
+  if (!s)
+    return;
+  ev_async_send (s->loop, &s->stop_w);
+  pthread_join (s->thread, NULL);
+  if (s->fd >= 0) {
+    close (s->fd);
+    unlink (s->path);
+  }
+  free (s->path);
+  ev_loop_destroy (s->loop);
+  free (s);
+}

@@ -1,0 +1,113 @@
+/* ra-cache: the counters as JSON and as a one-line summary. */
+
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "racache/stats-server.h"
+
+int
+rc_stats_write_json (struct rc_cache *c, FILE *fp)
+{
+  struct rc_stats *st = rc_cache_stats (c);
+  struct rc_pc_counts pc;
+  int b;
+
+  rc_pc_counts (rc_cache_pagecache (c), &pc);
+  fprintf (fp, "{\n");
+  fprintf (fp, "  \"client_reads\": %" PRIu64 ",\n", STAT_GET (st, client_reads));
+  fprintf (fp, "  \"client_bytes\": %" PRIu64 ",\n", STAT_GET (st, client_bytes));
+  fprintf (fp, "  \"page_hits\": %" PRIu64 ",\n", STAT_GET (st, page_hits));
+  fprintf (fp, "  \"page_misses\": %" PRIu64 ",\n", STAT_GET (st, page_misses));
+  fprintf (fp, "  \"windows\": {");
+  for (b = RA_A_INITIAL; b < RA_NR_BRANCHES; b++)
+    fprintf (fp, "%s\"%s\": %" PRIu64, b == RA_A_INITIAL ? " " : ", ",
+             ra_branch_name (b), STAT_GET (st, windows[b]));
+  fprintf (fp, " },\n");
+  fprintf (fp, "  \"sync_pages\": %" PRIu64 ",\n", STAT_GET (st, sync_pages));
+  fprintf (fp, "  \"async_pages\": %" PRIu64 ",\n", STAT_GET (st, async_pages));
+  fprintf (fp, "  \"ahead_used_pages\": %" PRIu64 ",\n", STAT_GET (st, ahead_used));
+  fprintf (fp, "  \"ahead_wasted_pages\": %" PRIu64 ",\n", STAT_GET (st, ahead_wasted));
+  fprintf (fp, "  \"async_skipped\": %" PRIu64 ",\n", STAT_GET (st, async_skipped));
+  fprintf (fp, "  \"async_skipped_pages\": %" PRIu64 ",\n",
+           STAT_GET (st, async_skipped_pages));
+  fprintf (fp, "  \"async_delayed\": %" PRIu64 ",\n", STAT_GET (st, async_delayed));
+  fprintf (fp, "  \"async_promoted\": %" PRIu64 ",\n", STAT_GET (st, async_promoted));
+  fprintf (fp, "  \"inflight_now\": %u,\n", rc_cache_inflight (c));
+  fprintf (fp, "  \"inflight_high_water\": %" PRIu64 ",\n", STAT_GET (st, inflight_hwm));
+  fprintf (fp, "  \"backend_reads\": %" PRIu64 ",\n", STAT_GET (st, backend_reads));
+  fprintf (fp, "  \"backend_bytes\": %" PRIu64 ",\n", STAT_GET (st, backend_bytes));
+  fprintf (fp, "  \"backend_errors\": %" PRIu64 ",\n", STAT_GET (st, backend_errors));
+  fprintf (fp, "  \"direct_reads\": %" PRIu64 ",\n", STAT_GET (st, direct_reads));
+  fprintf (fp, "  \"evictions\": %" PRIu64 ",\n", STAT_GET (st, evictions));
+  fprintf (fp, "  \"invalidated_pages\": %" PRIu64 ",\n",
+           STAT_GET (st, invalidated_pages));
+  fprintf (fp, "  \"cache_bytes\": %" PRIu64 ",\n", STAT_GET (st, cache_bytes));
+  fprintf (fp, "  \"cache_pages\": %" PRIu64 ",\n", pc.pages);
+  fprintf (fp, "  \"cache_pages_inflight\": %" PRIu64 ",\n", pc.inflight);
+  fprintf (fp, "  \"cache_pages_unused\": %" PRIu64 ",\n", pc.unused);
+  fprintf (fp, "  \"cache_capacity_pages\": %" PRIu64 "\n", pc.capacity);
+  fprintf (fp, "}\n");
+  return ferror (fp) ? -1 : 0;
+}
+
+char *
+rc_stats_summary (struct rc_cache *c)
+{
+  struct rc_stats *st = rc_cache_stats (c);
+  uint64_t hits = STAT_GET (st, page_hits), misses = STAT_GET (st, page_misses);
+  uint64_t cb = STAT_GET (st, client_bytes), bb = STAT_GET (st, backend_bytes);
+  char *s = NULL;
+
+  if (asprintf (&s, "ra-cache: reads %" PRIu64 ", hits %.1f%%, "
+                "backend %" PRIu64 " reads %" PRIu64 " MiB "
+                "(%.2fx the client's %" PRIu64 " MiB), "
+                "async pages %" PRIu64 " (wasted %" PRIu64 ", "
+                "skipped parts %" PRIu64 ", delayed %" PRIu64 "), "
+                "in flight %u (max %" PRIu64 "), cache %" PRIu64 " MiB",
+                STAT_GET (st, client_reads),
+                hits + misses ? 100.0 * hits / (hits + misses) : 0.0,
+                STAT_GET (st, backend_reads), bb >> 20,
+                cb ? (double) bb / cb : 0.0, cb >> 20,
+                STAT_GET (st, async_pages), STAT_GET (st, ahead_wasted),
+                STAT_GET (st, async_skipped), STAT_GET (st, async_delayed),
+                rc_cache_inflight (c), STAT_GET (st, inflight_hwm),
+                STAT_GET (st, cache_bytes) >> 20) == -1)
+    return NULL;
+  return s;
+}
+
+int
+rc_stats_write_file (struct rc_cache *c, const char *path)
+{
+  size_t n = strlen (path);
+  char *tmp = malloc (n + 8);
+  FILE *fp;
+  int r;
+
+  if (!tmp)
+    return -1;
+  snprintf (tmp, n + 8, "%s.tmp", path);
+  fp = fopen (tmp, "w");
+  if (!fp) {
+    free (tmp);
+    return -1;
+  }
+  r = rc_stats_write_json (c, fp);
+  if (fclose (fp) != 0)
+    r = -1;
+  if (r == 0 && rename (tmp, path) == -1)
+    r = -1;
+  if (r == -1) {
+    int e = errno;
+    unlink (tmp);
+    errno = e;
+  }
+  free (tmp);
+  return r;
+}
