@@ -21,6 +21,7 @@ struct rc_job {
   struct rc_job *next;
   ra_pgoff start, count;
   bool async;
+  bool delayed;                 /* held back for congestion (counted once) */
   struct rc_wait *wait;         /* NULL for async parts */
 };
 
@@ -33,10 +34,15 @@ struct rc_cache {
   pthread_mutex_t size_lock;
   bool size_set;
 
-  /* Reads in flight or queued: the congestion rule compares this with
-   * cfg.congestion_threshold.
+  /* Backend reads running now (by clients or workers), and jobs queued
+   * for the workers.  With ra-congestion=skip the congestion rule
+   * compares their sum with cfg.congestion_threshold when a window is
+   * submitted; with ra-congestion=wait a worker starts an async job only
+   * while fewer than the threshold are running.
    */
-  _Atomic unsigned inflight;
+  _Atomic unsigned executing;
+  _Atomic unsigned queued;
+  _Atomic unsigned queued_async;
 
   /* The background workers and their queue: sync jobs (a client waits)
    * always run before async jobs (speculation).
@@ -64,6 +70,7 @@ int rc_backend_read_pages (struct rc_cache *c, void *ctx, ra_pgoff start,
                            ra_pgoff count, int *err);
 int rc_backend_read_bytes (struct rc_cache *c, void *ctx, void *buf,
                            uint32_t count, uint64_t offset, int *err);
+void rc_promote (struct rc_cache *c, ra_pgoff index);
 void rc_wait_init (struct rc_wait *w);
 void rc_wait_destroy (struct rc_wait *w);
 int rc_wait_for (struct rc_wait *w);

@@ -15,11 +15,17 @@
  * order: stream lock, then page cache shard locks), never while reading
  * from the backend or waiting for pages.
  *
- * Congestion: when a window is submitted while the backend reads in
- * flight (and queued) are at or above the congestion threshold, only the
- * sync part is read.  The async part's new pages are removed from the
- * cache again and ra_drop_async shrinks the stream state by them, so the
- * next access misses at start + size and branch B continues the stream.
+ * Congestion (ra-congestion=skip, the default): when a window is
+ * submitted while the backend reads running and queued are at or above
+ * the congestion threshold, only the sync part is read.  The async
+ * part's new pages are removed from the cache again and ra_drop_async
+ * shrinks the stream state by them, so the next access misses at start
+ * + size and branch B continues the stream.  With ra-congestion=wait the
+ * async part is queued instead, and the workers start it once fewer than
+ * the threshold of reads are running (src/prefetch.c).  Either way, a
+ * client that needs a page whose async read is still queued promotes
+ * that read among the sync jobs: it never waits behind speculation, and
+ * the read is issued once.
  */
 
 #include <config.h>
@@ -122,7 +128,7 @@ rc_cache_pagecache (struct rc_cache *c)
 unsigned
 rc_cache_inflight (struct rc_cache *c)
 {
-  return atomic_load (&c->inflight);
+  return atomic_load (&c->executing) + atomic_load (&c->queued);
 }
 
 struct rc_stream *
@@ -207,7 +213,8 @@ submit_window (struct rc_cache *c, struct ra_state *ra,
   ra_submit (w, c->params.io_max, &submit_ops, bs, &res);
 
   if (ra && res.async_pages > 0 &&
-      atomic_load (&c->inflight) >= c->cfg.congestion_threshold) {
+      c->cfg.congestion == RC_CONGESTION_SKIP &&
+      rc_cache_inflight (c) >= c->cfg.congestion_threshold) {
     ra_pgoff dropped = 0;
 
     for (i = j = 0; i < bs->n; i++) {
@@ -286,6 +293,13 @@ trigger (struct rc_cache *c, struct rc_stream *s, void *ctx,
   return issue_batches (c, ctx, &bs, err);
 }
 
+/* Before a client waits for a page in flight. */
+static void
+promote (void *arg, ra_pgoff index)
+{
+  rc_promote (arg, index);
+}
+
 int
 rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
          void *buf, uint32_t count, uint64_t offset, int *err)
@@ -306,7 +320,7 @@ rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
     bool waited;
 
     switch (rc_pc_access (c->pc, i, dst, from - page_start, to - from,
-                          &waited)) {
+                          promote, c, &waited)) {
     case RC_ACCESS_COPIED:
       if (tries == 0)
         STAT_ADD (&c->stats, page_hits, 1);

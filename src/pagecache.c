@@ -431,7 +431,9 @@ rc_pc_invalidate (struct rc_pagecache *pc, uint64_t offset, uint64_t count)
 
 enum rc_access
 rc_pc_access (struct rc_pagecache *pc, ra_pgoff index,
-              void *dst, uint32_t off, uint32_t len, bool *waited)
+              void *dst, uint32_t off, uint32_t len,
+              void (*before_wait) (void *arg, ra_pgoff index), void *arg,
+              bool *waited)
 {
   struct shard *s = shard_of (pc, index);
   enum rc_access ret;
@@ -465,6 +467,13 @@ rc_pc_access (struct rc_pagecache *pc, ra_pgoff index,
     /* In flight: sleep until its read completes (or fails, or a write
      * makes it stale), then look again: it may be gone.
      */
+    if (!*waited && before_wait) {
+      *waited = true;
+      RELEASE_LOCK (&s->lock);
+      before_wait (arg, index);
+      ACQUIRE_LOCK (&s->lock);
+      continue;
+    }
     *waited = true;
     s->waiters++;
     pthread_cond_wait (&s->ready, &s->lock);

@@ -10,6 +10,12 @@
  *
  * Each worker opens its own backend context (struct rc_backend's
  * worker_open) the first time it runs a job.
+ *
+ * In-flight accounting: executing counts backend reads running now (a
+ * client's own and the workers'), queued the jobs waiting for a worker.
+ * With ra-congestion=wait a worker holds an async job back while
+ * executing is at the congestion threshold (counted once per job as
+ * "delayed"); sync jobs always start.
  */
 
 #include <config.h>
@@ -72,19 +78,28 @@ rc_wait_for (struct rc_wait *w)
   return err;
 }
 
-static unsigned
+/* A backend read starts. */
+static void
 inflight_add (struct rc_cache *c)
 {
-  unsigned n = atomic_fetch_add (&c->inflight, 1) + 1;
+  unsigned n = atomic_fetch_add (&c->executing, 1) + 1;
 
   stat_max (&c->stats.inflight_hwm, n);
-  return n;
 }
 
+/* A backend read finished: with ra-congestion=wait, a held-back async
+ * job may start now.
+ */
 static void
 inflight_done (struct rc_cache *c)
 {
-  atomic_fetch_sub (&c->inflight, 1);
+  atomic_fetch_sub (&c->executing, 1);
+  if (c->cfg.congestion == RC_CONGESTION_WAIT &&
+      atomic_load (&c->queued_async) > 0) {
+    ACQUIRE_LOCK (&c->qlock);
+    RELEASE_LOCK (&c->qlock);
+    pthread_cond_signal (&c->qcond);
+  }
 }
 
 /* Read count bytes at offset from the backend (no cache involved). */
@@ -106,7 +121,7 @@ rc_backend_read_bytes (struct rc_cache *c, void *ctx, void *buf,
 }
 
 /* Read the in-flight pages [start, start + count) and complete them.
- * The caller has already counted this read in c->inflight.
+ * The caller has already counted this read with inflight_add.
  */
 static int
 read_pages (struct rc_cache *c, void *ctx, ra_pgoff start, ra_pgoff count,
@@ -136,13 +151,12 @@ rc_backend_read_pages (struct rc_cache *c, void *ctx, ra_pgoff start,
   char *buf = malloc (count << c->params.page_shift);
   int r;
 
-  inflight_add (c);
   if (!buf) {
     *err = ENOMEM;
     rc_pc_complete (c->pc, start, count, NULL, 0, ENOMEM);
-    inflight_done (c);
     return -1;
   }
+  inflight_add (c);
   r = read_pages (c, ctx, start, count, buf, err);
   free (buf);
   return r;
@@ -171,20 +185,21 @@ rc_queue_job (struct rc_cache *c, ra_pgoff start, ra_pgoff count,
   j->count = count;
   j->async = async;
   j->wait = wait;
+  j->delayed = false;
   if (wait)
     wait_add (wait);
-  inflight_add (c);
 
   ACQUIRE_LOCK (&c->qlock);
   if (c->stopping) {
     /* Shutting down: nobody will read these pages. */
     RELEASE_LOCK (&c->qlock);
     rc_pc_complete (c->pc, start, count, NULL, 0, ESHUTDOWN);
-    inflight_done (c);
     finish_job (c, j, -1, ESHUTDOWN);
     return;
   }
+  atomic_fetch_add (&c->queued, 1);
   if (async) {
+    atomic_fetch_add (&c->queued_async, 1);
     *c->async_tail = j;
     c->async_tail = &j->next;
   }
@@ -196,9 +211,13 @@ rc_queue_job (struct rc_cache *c, ra_pgoff start, ra_pgoff count,
   pthread_cond_signal (&c->qcond);
 }
 
-/* Called with c->qlock held. */
+/* The next job a worker may start: a sync job if any; else an async
+ * job, unless ra-congestion=wait holds it back while the threshold of
+ * reads is running (all = true ignores that, for shutdown).  Called with
+ * c->qlock held.
+ */
 static struct rc_job *
-dequeue (struct rc_cache *c)
+dequeue (struct rc_cache *c, bool all)
 {
   struct rc_job *j;
 
@@ -208,11 +227,53 @@ dequeue (struct rc_cache *c)
       c->sync_tail = &c->sync_head;
   }
   else if ((j = c->async_head) != NULL) {
+    if (!all && c->cfg.congestion == RC_CONGESTION_WAIT &&
+        atomic_load (&c->executing) >= c->cfg.congestion_threshold) {
+      if (!j->delayed) {
+        j->delayed = true;
+        STAT_ADD (&c->stats, async_delayed, 1);
+      }
+      return NULL;
+    }
     c->async_head = j->next;
     if (!c->async_head)
       c->async_tail = &c->async_head;
+    atomic_fetch_sub (&c->queued_async, 1);
   }
+  if (j)
+    atomic_fetch_sub (&c->queued, 1);
   return j;
+}
+
+/* A client is about to wait for page index, which is in flight: if its
+ * read is still queued as speculation, move it among the sync jobs so
+ * the client does not wait behind other speculation (and the read is
+ * still issued once).
+ */
+void
+rc_promote (struct rc_cache *c, ra_pgoff index)
+{
+  struct rc_job **pj, *j;
+
+  if (atomic_load (&c->queued_async) == 0)
+    return;
+  ACQUIRE_LOCK (&c->qlock);
+  for (pj = &c->async_head; (j = *pj) != NULL; pj = &j->next) {
+    if (index >= j->start && index < j->start + j->count) {
+      *pj = j->next;
+      if (c->async_tail == &j->next)
+        c->async_tail = pj;
+      atomic_fetch_sub (&c->queued_async, 1);
+      j->next = NULL;
+      *c->sync_tail = j;
+      c->sync_tail = &j->next;
+      STAT_ADD (&c->stats, async_promoted, 1);
+      break;
+    }
+  }
+  RELEASE_LOCK (&c->qlock);
+  if (j)
+    pthread_cond_signal (&c->qcond);
 }
 
 static void
@@ -235,7 +296,7 @@ worker_main (void *arg)
 
   ACQUIRE_LOCK (&c->qlock);
   for (;;) {
-    struct rc_job *j = dequeue (c);
+    struct rc_job *j = dequeue (c, false);
     int r, err = 0;
 
     if (!j) {
@@ -253,11 +314,12 @@ worker_main (void *arg)
     if (!buf || (c->be.worker_open && !opened)) {
       err = buf ? EIO : ENOMEM;
       rc_pc_complete (c->pc, j->start, j->count, NULL, 0, err);
-      inflight_done (c);
       r = -1;
     }
-    else
+    else {
+      inflight_add (c);
       r = read_pages (c, ctx, j->start, j->count, buf, &err);
+    }
     finish_job (c, j, r, err);
 
     ACQUIRE_LOCK (&c->qlock);
@@ -303,9 +365,8 @@ rc_workers_stop (struct rc_cache *c)
    */
   ACQUIRE_LOCK (&c->qlock);
   c->stopping = true;
-  while ((j = dequeue (c)) != NULL) {
+  while ((j = dequeue (c, true)) != NULL) {
     rc_pc_complete (c->pc, j->start, j->count, NULL, 0, ESHUTDOWN);
-    inflight_done (c);
     finish_job (c, j, -1, ESHUTDOWN);
   }
   RELEASE_LOCK (&c->qlock);

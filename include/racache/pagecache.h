@@ -74,12 +74,14 @@ enum rc_access {
 /* A client reads len bytes at byte off of page index into dst.  If the
  * page carries the marker, clear it and return RC_ACCESS_MARKER without
  * copying (the caller triggers the next window, then calls again).  If
- * the page is in flight, sleep until it is ready.  *waited is set when
- * the call slept.
+ * the page is in flight, call before_wait (index) once with no lock
+ * held (so the caller can hurry the read along), then sleep until the
+ * page is ready.  *waited is set when the call slept.
  */
 enum rc_access rc_pc_access (struct rc_pagecache *pc, ra_pgoff index,
                              void *dst, uint32_t off, uint32_t len,
-                             bool *waited);
+                             void (*before_wait) (void *arg, ra_pgoff index),
+                             void *arg, bool *waited);
 
 /* A write, trim or zero to bytes [offset, offset + count) reached the
  * backend (or failed there).  Cached pages it touches are dropped; pages
