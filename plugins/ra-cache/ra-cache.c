@@ -264,6 +264,15 @@ ra_cache_after_fork (nbdkit_backend *backend)
   unsigned nworkers = cfg.max_background;
 
   saved_backend = backend;
+  nbdkit_debug ("ra-cache: config: ra-cache-size=%" PRIu64
+                " ra-cache-page-size=%" PRIu64 " ra-max=%" PRIu64
+                " ra-io-max=%" PRIu64 " ra-max-background=%u"
+                " ra-congestion-threshold=%u ra-congestion=%s"
+                " ra-cache-stats-interval=%u",
+                cfg.cache_size, cfg.page_size, cfg.ra_max, cfg.io_max,
+                cfg.max_background, cfg.congestion_threshold,
+                cfg.congestion == RC_CONGESTION_WAIT ? "wait" : "skip",
+                cfg.stats_interval);
   /* Workers beyond one would only queue on the lock. */
   if (serialize_backend)
     nworkers = 1;

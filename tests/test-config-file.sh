@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# ra-cache-config=FILE: values from the file apply, the command line
+# overrides the file wherever it stands, and every kind of bad input
+# stops nbdkit with one message naming the file, the line and the key.
+set -euo pipefail
+filter=${top_builddir:-.}/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so
+d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+fail () { echo "FAIL: $*"; exit 1; }
+
+effective () {  # effective ARGS...: the configuration line nbdkit logs
+  nbdkit -fv -U - --filter="$filter" memory 1M "$@" --run true 2>&1 |
+    grep -o 'ra-cache: config: .*' || true
+}
+
+cat > "$d/good.conf" <<'CONF'
+# comment
+ra-max = "8M";
+ra-io-max = 262144;
+ra-max-background = 4;
+ra-congestion = "wait";
+CONF
+line=$(effective ra-cache-config="$d/good.conf")
+[[ $line == *"ra-max=8388608 "* ]] || fail "file ra-max not applied: $line"
+[[ $line == *"ra-io-max=262144 "* ]] || fail "file ra-io-max not applied: $line"
+[[ $line == *"ra-max-background=4 "* ]] || fail "file ra-max-background: $line"
+[[ $line == *"ra-congestion-threshold=3 "* ]] || fail "derived threshold: $line"
+[[ $line == *"ra-congestion=wait"* ]] || fail "file ra-congestion: $line"
+
+# The command line overrides the file, before or after it.
+line=$(effective ra-max=2M ra-cache-config="$d/good.conf")
+[[ $line == *"ra-max=2097152 "* ]] || fail "command line (before) did not override: $line"
+line=$(effective ra-cache-config="$d/good.conf" ra-max=1M)
+[[ $line == *"ra-max=1048576 "* ]] || fail "command line (after) did not override: $line"
+[[ $line == *"ra-io-max=262144 "* ]] || fail "other file keys kept: $line"
+
+expect_error () {  # expect_error REGEX ARGS...
+  local want=$1; shift
+  local out
+  if out=$(nbdkit -U - --filter="$filter" memory 1M "$@" --run true 2>&1); then
+    fail "nbdkit started with $*"
+  fi
+  echo "$out" | grep -qE "$want" || fail "expected /$want/ for $*, got: $out"
+  echo "ok: $(echo "$out" | head -1)"
+}
+
+bad () { printf '%b' "$2" > "$d/$1.conf"; }
+bad unknown 'ra-max = "8M";\nra-maximum = 3;\n'
+expect_error "unknown.conf:2: ra-maximum: unknown key" ra-cache-config="$d/unknown.conf"
+bad type 'ra-max-background = "many";\n'
+expect_error "type.conf:1: ra-max-background: wrong type" ra-cache-config="$d/type.conf"
+bad float 'ra-max = 8.5;\n'
+expect_error "float.conf:1: ra-max: wrong type" ra-cache-config="$d/float.conf"
+bad range '\n\nra-max-background = 1000;\n'
+expect_error "range.conf:3: ra-max-background: 1000 must be from 1 to 256" ra-cache-config="$d/range.conf"
+bad pow2 'ra-cache-page-size = 3000;\n'
+expect_error "pow2.conf:1: ra-cache-page-size: 3000 must be a power of two" ra-cache-config="$d/pow2.conf"
+bad suffix 'ra-max = "8Q";\n'
+expect_error "suffix.conf:1: ra-max: '8Q' is not a size" ra-cache-config="$d/suffix.conf"
+bad enum 'ra-congestion = "sometimes";\n'
+expect_error "enum.conf:1: ra-congestion: 'sometimes' is not one of: skip, wait" ra-cache-config="$d/enum.conf"
+bad syntax 'ra-max = "8M"\nra-io-max = ;\n'
+expect_error "syntax.conf:[0-9]+: syntax error" ra-cache-config="$d/syntax.conf"
+expect_error "nonexistent.conf: cannot read the configuration file" ra-cache-config="$d/nonexistent.conf"
+chmod 000 "$d/unknown.conf"
+if [ "$(id -u)" -ne 0 ]; then
+  expect_error "unknown.conf: cannot read the configuration file" ra-cache-config="$d/unknown.conf"
+fi
+# Command line errors too.
+expect_error "ra-cache-page-size: 3000 must be a power of two" ra-cache-page-size=3000
+expect_error "ra-io-max: 100 must be from one page to 32M" ra-io-max=100
+expect_error "ra-max: .* is larger than half of ra-cache-size" ra-max=512M
+expect_error "ra-congestion-threshold: 13 must be from 1 to ra-max-background" ra-congestion-threshold=13
+expect_error "ra-max: .* is not a whole number of pages" ra-max=5000
+echo PASS
