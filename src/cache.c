@@ -324,6 +324,8 @@ rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
     case RC_ACCESS_COPIED:
       if (tries == 0)
         STAT_ADD (&c->stats, page_hits, 1);
+      if (waited)
+        STAT_ADD (&c->stats, page_waits, 1);
       i++;
       tries = 0;
       break;

@@ -50,7 +50,11 @@ struct shard {
   size_t inflight;
   uint64_t tick;                   /* counts list insertions: page age */
   unsigned waiters;
-  char *free_data;                 /* one spare data buffer to reuse */
+  /* Removed pages (struct and data) kept for reuse: allocating fresh
+   * memory for every page read costs page faults and zeroing in the
+   * kernel.  count + free pages never exceed capacity.
+   */
+  struct page *free_pages;
 } __attribute__ ((aligned (64)));
 
 struct rc_pagecache {
@@ -179,7 +183,12 @@ rc_pc_free (struct rc_pagecache *pc)
       }
     }
     free (s->buckets);
-    free (s->free_data);
+    while (s->free_pages) {
+      struct page *n = s->free_pages->hnext;
+      free (s->free_pages->data);
+      free (s->free_pages);
+      s->free_pages = n;
+    }
     pthread_mutex_destroy (&s->lock);
     pthread_cond_destroy (&s->ready);
   }
@@ -226,11 +235,8 @@ remove_page (struct rc_pagecache *pc, struct shard *s, struct page *p)
     s->inflight--;
   s->count--;
   STAT_SUB (pc->stats, cache_bytes, pc->page_size);
-  if (!s->free_data)
-    s->free_data = p->data;
-  else
-    free (p->data);
-  free (p);
+  p->hnext = s->free_pages;
+  s->free_pages = p;
 }
 
 /* Make room for one page.  Called with s->lock held.
@@ -280,19 +286,20 @@ rc_pc_insert (struct rc_pagecache *pc, ra_pgoff index, bool marker)
     goto out;
   if (s->count >= s->capacity && !evict_one (pc, s))
     goto out;
-  p = malloc (sizeof *p);
-  if (!p)
-    goto out;
-  data = s->free_data;
-  s->free_data = NULL;
-  if (!data)
+  if ((p = s->free_pages) != NULL)
+    s->free_pages = p->hnext;
+  else {
+    p = malloc (sizeof *p);
+    if (!p)
+      goto out;
     data = malloc (pc->page_size);
-  if (!data) {
-    free (p);
-    goto out;
+    if (!data) {
+      free (p);
+      goto out;
+    }
+    p->data = data;
   }
   p->index = index;
-  p->data = data;
   p->state = PAGE_INFLIGHT;
   p->flags = PF_UNUSED | (marker ? PF_MARKER : 0);
   p->lprev = p->lnext = NULL;

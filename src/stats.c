@@ -24,6 +24,7 @@ rc_stats_write_json (struct rc_cache *c, FILE *fp)
   fprintf (fp, "  \"client_bytes\": %" PRIu64 ",\n", STAT_GET (st, client_bytes));
   fprintf (fp, "  \"page_hits\": %" PRIu64 ",\n", STAT_GET (st, page_hits));
   fprintf (fp, "  \"page_misses\": %" PRIu64 ",\n", STAT_GET (st, page_misses));
+  fprintf (fp, "  \"page_waits\": %" PRIu64 ",\n", STAT_GET (st, page_waits));
   fprintf (fp, "  \"windows\": {");
   for (b = RA_A_INITIAL; b < RA_NR_BRANCHES; b++)
     fprintf (fp, "%s\"%s\": %" PRIu64, b == RA_A_INITIAL ? " " : ", ",

@@ -14,6 +14,7 @@ struct rc_stats {
   _Atomic uint64_t client_bytes;      /* bytes returned to clients */
   _Atomic uint64_t page_hits;         /* pages found up to date or in flight */
   _Atomic uint64_t page_misses;       /* pages not cached when needed (sync trigger) */
+  _Atomic uint64_t page_waits;        /* pages a client found in flight and waited for */
   _Atomic uint64_t windows[RA_NR_BRANCHES]; /* windows by branch */
   _Atomic uint64_t sync_pages;        /* sync part pages read */
   _Atomic uint64_t async_pages;       /* async part pages read */
