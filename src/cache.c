@@ -195,11 +195,12 @@ static const struct ra_submit_ops submit_ops = {
 };
 
 /* Submit window w (the stream lock is held if w came from a stream).
- * Applies the congestion rule to its async part when ra is not NULL.
+ * Applies the congestion rule to its async part when ra is not NULL;
+ * last is the end (in pages) of the client request that triggered it.
  */
 static void
 submit_window (struct rc_cache *c, struct ra_state *ra,
-               const struct ra_window *w, struct batches *bs)
+               const struct ra_window *w, ra_pgoff last, struct batches *bs)
 {
   struct ra_submit_result res;
   unsigned i, j;
@@ -217,8 +218,12 @@ submit_window (struct rc_cache *c, struct ra_state *ra,
       rc_cache_inflight (c) >= c->cfg.congestion_threshold) {
     ra_pgoff dropped = 0;
 
+    /* Only speculation is dropped: the kernel's INITIAL and pull-in
+     * steps can label pages of the client's own request async (when the
+     * request is as large as the window), and those are read anyway.
+     */
     for (i = j = 0; i < bs->n; i++) {
-      if (bs->b[i].async)
+      if (bs->b[i].async && bs->b[i].start >= last)
         dropped += rc_pc_abandon (c->pc, bs->b[i].start, bs->b[i].count);
       else
         bs->b[j++] = bs->b[i];
@@ -288,7 +293,7 @@ trigger (struct rc_cache *c, struct rc_stream *s, void *ctx,
   ACQUIRE_LOCK (&s->lock);
   ra_ondemand (&s->ra, &c->params, &rc_pc_query_ops, c->pc,
                index, marker, last - index, &w);
-  submit_window (c, &s->ra, &w, &bs);
+  submit_window (c, &s->ra, &w, last, &bs);
   RELEASE_LOCK (&s->lock);
   return issue_batches (c, ctx, &bs, err);
 }
@@ -376,7 +381,7 @@ rc_fill (struct rc_cache *c, void *ctx, uint32_t count, uint64_t offset,
   while (ra_forced (&c->params, index, last, &w)) {
     struct batches bs;
 
-    submit_window (c, NULL, &w, &bs);
+    submit_window (c, NULL, &w, last, &bs);
     if (issue_batches (c, ctx, &bs, err) == -1)
       return -1;
     index = w.start + w.size;
