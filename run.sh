@@ -1,0 +1,250 @@
+#!/usr/bin/env bash
+# run.sh: set up, build, demonstrate and test ra-cache on Debian 12.
+#
+#   ./run.sh demo [PLUGIN [PLUGIN-ARGS...]]
+#       qemu-img bench sequential reads through a front nbdkit without and
+#       with ra-cache, side by side.  Without PLUGIN the backend is a demo
+#       "remote" server (nbdkit --filter=delay pattern 1G rdelay=1ms) that
+#       the front reads with the nbd plugin; with PLUGIN the front serves
+#       that plugin directly (e.g. ./run.sh demo curl url=https://...).
+#   ./run.sh check
+#       make check (the whole test suite), then make distcheck.
+#
+# Both first do every set-up step that is still needed: install the
+# missing Debian packages (as root; otherwise they name what to install),
+# autoreconf -fi when configure is missing or older than configure.ac or
+# Makefile.am, configure into build/ (VPATH) and make -j$(nproc).
+#
+# Environment: RDELAY (demo backend delay, default 1ms), DEMO_SIZE (demo
+# backend size, default 1G), CONFIGURE_FLAGS (extra ../configure flags),
+# JOBS (parallel make jobs, default nproc), BENCH_KEEP_TMP=1 (keep the
+# demo's servers' logs).
+
+set -euo pipefail
+
+srcdir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+builddir=$srcdir/build
+filter=$builddir/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so
+: "${JOBS:=$(nproc 2>/dev/null || echo 2)}"
+: "${CONFIGURE_FLAGS:=}"
+
+# The Debian 12 packages everything here needs: building (toolchain,
+# nbdkit, libnbd, libev, libconfig, Check, pod2man), the test suite
+# (nbdsh and its python3 binding, qemu-img, nbdfuse, nbd-client,
+# valgrind) and the benchmarks (fio).
+packages=(nbdkit nbdkit-plugin-dev libnbd-dev libnbd-bin python3-libnbd
+          libev-dev libconfig-dev check qemu-utils fio nbd-client
+          autoconf automake libtool pkg-config make gcc perl valgrind)
+
+say ()
+{
+  echo "run.sh: $*"
+}
+
+die ()
+{
+  echo "run.sh: $*" >&2
+  exit 1
+}
+
+usage ()
+{
+  sed -n '2,/^$/s/^# \{0,1\}//p' "$0"
+}
+
+# ---- set-up ------------------------------------------------------------------
+
+install_packages ()
+{
+  local p missing=()
+  command -v dpkg-query >/dev/null 2>&1 ||
+    die "dpkg-query not found: this script sets up Debian 12; elsewhere install the equivalents of: ${packages[*]}"
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q ' installed$' ||
+      missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" -ne 0 ]; then
+    die "missing Debian packages: ${missing[*]}
+  install them as root:  apt-get update && apt-get install -y ${missing[*]}
+  or run this script as root."
+  fi
+  say "installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update </dev/null
+  apt-get install -y "${missing[@]}" </dev/null
+}
+
+generate_build_system ()
+{
+  if [ ! -x "$srcdir/configure" ] ||
+     [ "$srcdir/configure" -ot "$srcdir/configure.ac" ] ||
+     [ "$srcdir/configure" -ot "$srcdir/Makefile.am" ]; then
+    say "autoreconf -fi"
+    (cd "$srcdir" && autoreconf -fi)
+    # Makefile.am alone may leave configure's contents, and so its time,
+    # unchanged: mark it as generated now so the test above settles.
+    touch "$srcdir/configure"
+  fi
+}
+
+configure_build ()
+{
+  [ -f "$srcdir/config.status" ] &&
+    die "$srcdir is configured in the source tree: run 'make distclean' there first (run.sh builds in build/)"
+  mkdir -p "$builddir"
+  if [ ! -f "$builddir/Makefile" ] || [ ! -f "$builddir/config.status" ] ||
+     [ "$builddir/config.status" -ot "$srcdir/configure" ]; then
+    say "configuring in build/"
+    # shellcheck disable=SC2086 # CONFIGURE_FLAGS is a list of words
+    (cd "$builddir" && ../configure $CONFIGURE_FLAGS)
+  fi
+}
+
+build ()
+{
+  say "make -j$JOBS"
+  make -C "$builddir" -j"$JOBS" ||
+    die "the build failed (see above)"
+}
+
+setup ()
+{
+  install_packages
+  generate_build_system
+  configure_build
+  build
+}
+
+# ---- check -------------------------------------------------------------------
+
+# Print the test-suite.log of every test run under DIR that did not pass.
+show_failures ()
+{
+  local log
+  while IFS= read -r log; do
+    if grep -Eq '^# (FAIL|XPASS|ERROR): *[1-9]' "$log"; then
+      echo "======== $log ========"
+      cat "$log"
+    fi
+  done < <(find "$1" -name test-suite.log 2>/dev/null)
+}
+
+do_check ()
+{
+  setup
+  say "make check"
+  if ! make -C "$builddir" -j"$JOBS" check; then
+    show_failures "$builddir"
+    die "make check failed"
+  fi
+  say "make distcheck"
+  if ! make -C "$builddir" -j"$JOBS" distcheck; then
+    show_failures "$builddir"
+    die "make distcheck failed"
+  fi
+  say "make check and make distcheck passed"
+}
+
+# ---- demo --------------------------------------------------------------------
+
+# The rows of the demo: "LABEL BLOCK COUNT DEPTH" ("_" in LABEL is a space).
+demo_rows=(
+  "sequential_4_KiB_reads,_depth_1    4096 2000 1"
+  "sequential_64_KiB_reads,_depth_1   65536 1500 1"
+  "sequential_1_MiB_reads,_depth_1    1048576 1000 1"
+  "sequential_64_KiB_reads,_depth_8   65536 3000 8"
+)
+
+# start_cell WITH-FILTER(yes|no): fresh servers for one measurement.
+start_cell ()
+{
+  bench_stop_all
+  local -a f=()
+  [ "$1" = yes ] && f=(--filter="$filter")
+  if [ ${#backend[@]} -eq 0 ]; then
+    bench_start back --filter=delay pattern "$DEMO_SIZE" rdelay="$RDELAY" ||
+      exit 1
+    bench_start front "${f[@]}" nbd socket="$(bench_sock back)" || exit 1
+  else
+    bench_start front "${f[@]}" "${backend[@]}" || exit 1
+  fi
+}
+
+do_demo ()
+{
+  backend=("$@")
+  setup
+  if [ ! -f "$filter" ]; then
+    die "the ra-cache filter was not built: $filter does not exist
+  (the build ran without errors but produced no filter: is it in Makefile.am?)"
+  fi
+  # shellcheck source=bench/lib.sh
+  . "$srcdir/bench/lib.sh"
+  : "${RDELAY:=1ms}"
+  : "${DEMO_SIZE:=1G}"
+  trap bench_cleanup EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  trap 'exit 129' HUP
+  bench_init
+
+  local size row label bs count depth s0 s1 mb0 mb1 bytes
+  if [ ${#backend[@]} -eq 0 ]; then
+    say "backend: nbdkit --filter=delay pattern $DEMO_SIZE rdelay=$RDELAY (a slow \"remote\" server)"
+    say "front:   nbdkit nbd socket=BACKEND [--filter=ra-cache]"
+  else
+    say "front:   nbdkit [--filter=ra-cache] ${backend[*]}"
+  fi
+  start_cell no
+  size=$(bench_export_size "$(bench_uri front)") ||
+    die "cannot read the export size through the front server"
+  bench_stop_all
+
+  echo
+  printf '%-34s %14s %14s %10s\n' "qemu-img bench, fresh servers" \
+    "no filter" "ra-cache" "ratio"
+  printf '%-34s %14s %14s %10s\n' "" "MB/s" "MB/s" ""
+  for row in "${demo_rows[@]}"; do
+    read -r label bs count depth <<<"$row"
+    label=${label//_/ }
+    (( count * bs > size )) && count=$(( size / bs ))
+    if (( count < 1 )); then
+      printf '%-34s %14s\n' "$label" "(export too small)"
+      continue
+    fi
+    bytes=$(( count * bs ))
+    start_cell no
+    bench_client "$bench_tmpdir/s0" \
+      bench_qemu_img "$(bench_uri front)" "$bs" "$count" "$depth" ||
+      die "qemu-img bench failed without the filter"
+    start_cell yes
+    bench_client "$bench_tmpdir/s1" \
+      bench_qemu_img "$(bench_uri front)" "$bs" "$count" "$depth" || {
+        echo "---- ra-cache front server log ----" >&2
+        tail -n 30 "$bench_tmpdir/front.log" >&2
+        die "qemu-img bench failed with ra-cache"
+      }
+    bench_stop_all
+    s0=$(cat "$bench_tmpdir/s0")
+    s1=$(cat "$bench_tmpdir/s1")
+    mb0=$(bench_mbps "$bytes" "$s0")
+    mb1=$(bench_mbps "$bytes" "$s1")
+    printf '%-34s %14s %14s %9sx\n' "$label" "$mb0" "$mb1" \
+      "$(bench_ratio "$s0" "$s1" 1)"
+  done
+  echo
+  say "MB/s = 10^6 bytes/s as qemu-img saw it; ratio = ra-cache / no filter."
+  say "bench/compare.sh compares more workloads and nbdkit's readahead+cache filters."
+}
+
+# ---- main --------------------------------------------------------------------
+
+cmd=${1:-}
+[ $# -gt 0 ] && shift
+case "$cmd" in
+  demo)  do_demo "$@" ;;
+  check) [ $# -eq 0 ] || die "check takes no arguments"; do_check ;;
+  -h|--help|help) usage ;;
+  *) usage >&2; exit 2 ;;
+esac

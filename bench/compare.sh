@@ -1,0 +1,321 @@
+#!/usr/bin/env bash
+# bench/compare.sh: ra-cache side by side with no filter and with nbdkit's
+# own readahead+cache filters, over a backend RDELAY (1 ms) away.
+#
+#   bench/compare.sh          # after ./run.sh demo or ./run.sh check built build/
+#
+# For every cell (configuration x workload) it starts two fresh nbdkit
+# servers on Unix sockets in a private temporary directory:
+#
+#   backend:  nbdkit --filter=stats --filter=delay pattern 4G rdelay=RDELAY
+#   front:    nbdkit [FILTERS] nbd socket=backend.sock
+#
+# runs one client against the front, stops both, and reports MB/s (10^6
+# bytes/s, as the client saw it) and the backend amplification: bytes the
+# backend served (counted by nbdkit-stats-filter, outermost on the
+# backend, so it sees exactly what the front asked for) / bytes the client
+# read.  Configurations (columns):
+#
+#   ceiling          rdelay=0, front without a filter: the no-latency ceiling
+#   plain            rdelay=RDELAY, front without a filter
+#   readahead+cache  front with --filter=readahead --filter=cache
+#                    (the order nbdkit-readahead-filter(1) recommends)
+#   ra-cache         front with --filter=FILTER (ra-cache, default settings
+#                    plus RA_CACHE_ARGS); "n/a" if FILTER is not built
+#   single-hop       (only if named in CONFIGS) the client reads the backend
+#                    directly with rdelay=0: the physical limit for a cache
+#                    that serves hits locally
+#
+# Workloads (rows): qemu-img bench sequential reads of 4 KiB, 64 KiB and
+# 1 MiB at depth 1 and of 64 KiB at depth 8 (COUNT_* requests each); fio
+# (ioengine=nbd) random 4 KiB reads at depth 1 for DURATION seconds; and
+# bench/interleave.py: 4 sequential streams of 16 KiB reads round-robin on
+# one connection for DURATION seconds.  Then the ratios of the ra-cache
+# column to the others (of MB/s).
+#
+# Environment (defaults in brackets):
+#   RDELAY [1ms]          backend read delay (not for "ceiling", which is 0)
+#   BACKEND [pattern 4G]  backend plugin and arguments (word-split), e.g.
+#                         "sparse-random 4G"
+#   FILTER [build/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so]
+#   RA_CACHE_ARGS []      extra ra-cache parameters, e.g. "ra-max=8M"
+#   CONFIGS ["ceiling plain readahead+cache ra-cache"]   columns to run,
+#                         in this order; may add single-hop
+#   WORKLOADS ["seq4k seq64k seq1m seq64k-d8 rand4k interleave16k"]
+#   COUNT_4K [6000] COUNT_64K [4000] COUNT_1M [3000] COUNT_64K_D8 [6000]
+#                         qemu-img bench requests per cell (capped to the
+#                         export size)
+#   DURATION [5]          seconds per fio and interleave cell
+#   REPEAT [3]            runs per cell; the table shows the median run
+#                         (by MB/s) with its amplification
+#   RESULTS [none]        also write the raw figures to this TSV file
+#   CLIENT_TIMEOUT [300]  seconds before a client counts as hung
+#   PYTHON [/usr/bin/python3]  a python3 with the nbd module (python3-libnbd)
+#   BENCH_KEEP_TMP        set to keep the temporary directory (logs, stats)
+#
+# With the defaults the whole run takes about 6 minutes on 2 cores
+# (REPEAT=1: 2 minutes).
+# Exit status: 0, or 1 if any cell failed (its server log is shown).
+
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+top=$(dirname "$here")
+# shellcheck source=bench/lib.sh
+. "$here/lib.sh"
+
+: "${RDELAY:=1ms}"
+: "${BACKEND:=pattern 4G}"
+: "${FILTER:=$top/build/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so}"
+: "${RA_CACHE_ARGS:=}"
+: "${CONFIGS:=ceiling plain readahead+cache ra-cache}"
+: "${WORKLOADS:=seq4k seq64k seq1m seq64k-d8 rand4k interleave16k}"
+: "${COUNT_4K:=6000}"
+: "${COUNT_64K:=4000}"
+: "${COUNT_1M:=3000}"
+: "${COUNT_64K_D8:=6000}"
+: "${DURATION:=5}"
+: "${REPEAT:=3}"
+: "${RESULTS:=}"
+: "${PYTHON:=/usr/bin/python3}"
+
+case "${1:-}" in
+  -h|--help) sed -n '2,/^$/s/^# \{0,1\}//p' "$0"; exit 0 ;;
+  "") ;;
+  *) bench_die "no arguments expected (configure with environment variables: $0 --help)" ;;
+esac
+
+[[ "$REPEAT" =~ ^[1-9][0-9]*$ ]] || bench_die "REPEAT must be a positive integer"
+read -r -a backend_args <<<"$BACKEND"
+read -r -a ra_cache_args <<<"$RA_CACHE_ARGS"
+
+# ---- preflight -----------------------------------------------------------
+for c in "$NBDKIT" qemu-img fio nbdinfo timeout awk; do
+  command -v "$c" >/dev/null 2>&1 || bench_die "$c is not installed (./run.sh demo installs everything)"
+done
+fio --enghelp=nbd >/dev/null 2>&1 ||
+  bench_die "this fio has no nbd engine (ioengine=nbd)"
+"$PYTHON" -c 'import nbd' 2>/dev/null ||
+  bench_die "$PYTHON cannot import nbd: apt-get install python3-libnbd (or set PYTHON)"
+for f in stats delay readahead cache; do
+  "$NBDKIT" --filter="$f" null --dump-plugin >/dev/null 2>&1 ||
+    bench_die "nbdkit cannot load its $f filter"
+done
+
+have_filter=yes
+if [ ! -f "$FILTER" ]; then
+  have_filter=no
+  echo "compare.sh: $FILTER is not built: the ra-cache column will say n/a" >&2
+fi
+
+trap bench_cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+bench_init
+
+# The export size caps the qemu-img bench counts.
+bench_start back "${backend_args[@]}" || exit 1
+export_size=$(bench_export_size "$(bench_uri back)") ||
+  bench_die "cannot read the size of the backend: ${BACKEND}"
+bench_stop_all
+
+# ---- workloads -------------------------------------------------------------
+declare -A wl_label=(
+  [seq4k]="sequential 4 KiB reads, depth 1"
+  [seq64k]="sequential 64 KiB reads, depth 1"
+  [seq1m]="sequential 1 MiB reads, depth 1"
+  [seq64k-d8]="sequential 64 KiB reads, depth 8"
+  [rand4k]="random 4 KiB reads (fio), depth 1"
+  [interleave16k]="4 streams interleaved, 16 KiB"
+)
+for w in $WORKLOADS; do
+  [ -n "${wl_label[$w]+x}" ] || bench_die "unknown workload $w (known: ${!wl_label[*]})"
+done
+for c in $CONFIGS; do
+  case "$c" in
+    ceiling|plain|readahead+cache|ra-cache|single-hop) ;;
+    *) bench_die "unknown configuration $c" ;;
+  esac
+done
+
+# qemu_seq URI BLOCK COUNT DEPTH: "BYTES SECONDS".
+qemu_seq ()
+{
+  local uri=$1 bs=$2 count=$3 depth=$4 secs
+  if (( count * bs > export_size )); then
+    count=$(( export_size / bs ))
+  fi
+  (( count > 0 )) || { echo "export too small for $bs-byte reads" >&2; return 1; }
+  secs=$(bench_qemu_img "$uri" "$bs" "$count" "$depth") || return 1
+  echo "$(( count * bs )) $secs"
+}
+
+# fio_rand URI: "BYTES SECONDS" of DURATION seconds of random 4 KiB reads.
+fio_rand ()
+{
+  # shellcheck disable=SC2154 # bench_tmpdir is set by bench_init
+  local uri=$1 out=$bench_tmpdir/fio.json
+  rm -f "$out"
+  timeout "$CLIENT_TIMEOUT" fio --name=rand4k --ioengine=nbd --uri="$uri" \
+    --rw=randread --bs=4k --iodepth=1 --size="$export_size" \
+    --time_based --runtime="$DURATION" \
+    --output-format=json --output="$out" >"$bench_tmpdir/fio.out" 2>&1 ||
+    { cat "$bench_tmpdir/fio.out" >&2; return 1; }
+  "$PYTHON" -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+r = j["jobs"][0]["read"]
+if j["jobs"][0]["error"]:
+    sys.exit("fio job error %d" % j["jobs"][0]["error"])
+print(r["io_bytes"], r["runtime"] / 1000.0)' "$out"
+}
+
+# interleave URI: "BYTES SECONDS".
+interleave ()
+{
+  PATH=$BENCH_PATH timeout "$CLIENT_TIMEOUT" \
+    "$PYTHON" "$here/interleave.py" "$1" 4 16384 "$DURATION" 0
+}
+
+run_workload ()
+{
+  local w=$1 uri=$2
+  case "$w" in
+    seq4k)         qemu_seq "$uri" 4096 "$COUNT_4K" 1 ;;
+    seq64k)        qemu_seq "$uri" 65536 "$COUNT_64K" 1 ;;
+    seq1m)         qemu_seq "$uri" 1048576 "$COUNT_1M" 1 ;;
+    seq64k-d8)     qemu_seq "$uri" 65536 "$COUNT_64K_D8" 8 ;;
+    rand4k)        fio_rand "$uri" ;;
+    interleave16k) interleave "$uri" ;;
+  esac
+}
+
+# ---- one cell --------------------------------------------------------------
+# runs[CONFIG,WORKLOAD]: one line "MB/s amplification" per successful run.
+declare -A runs=() cell=() mbps_raw=()
+failed=0
+
+# run_cell CONFIG WORKLOAD REP: fresh backend and front, one client run;
+# prints the run's progress line on stderr.
+run_cell ()
+{
+  local c=$1 w=$2 rep=$3 delay=$RDELAY stats=$bench_tmpdir/back.stats
+  local client=front bytes secs back_bytes mb amp
+  local -a front
+
+  [ "$c" = ceiling ] && delay=0
+  [ "$c" = single-hop ] && { delay=0; client=back; }
+  case "$c" in
+    ceiling|plain|single-hop) front=() ;;
+    readahead+cache) front=(--filter=readahead --filter=cache) ;;
+    ra-cache)        front=(--filter="$FILTER") ;;
+  esac
+  front+=(nbd socket="$(bench_sock back)")
+  [ "$c" = ra-cache ] && front+=("${ra_cache_args[@]}")
+
+  rm -f "$stats" "$bench_tmpdir"/*.log
+  if ! bench_start back --filter=stats --filter=delay "${backend_args[@]}" \
+         rdelay="$delay" statsfile="$stats" statsappend=false ||
+     { [ "$client" = front ] && ! bench_start front "${front[@]}"; }; then
+    bench_stop_all
+    cell[$c,$w]=FAIL
+    failed=1
+    return 0
+  fi
+  if ! bench_client "$bench_tmpdir/result" run_workload "$w" "$(bench_uri "$client")"; then
+    bench_stop_all
+    echo "compare.sh: $c / $w FAILED; $client server log:" >&2
+    tail -n 30 "$bench_tmpdir/$client.log" | sed 's/^/    /' >&2
+    cell[$c,$w]=FAIL
+    failed=1
+    return 0
+  fi
+  # The front first, so that the backend counts every read the front made
+  # (background reads included) before it writes its stats at exit.
+  bench_stop front
+  bench_stop back
+  read -r bytes secs < "$bench_tmpdir/result"
+  back_bytes=$(bench_stats_read_bytes "$stats")
+  mb=$(awk -v b="$bytes" -v s="$secs" 'BEGIN { printf "%.6f\n", b / s / 1e6 }')
+  amp=$(bench_ratio "$back_bytes" "$bytes" 2)
+  runs[$c,$w]+="$mb $amp"$'\n'
+  printf '%-16s %-34s %-16s' "$c" "${wl_label[$w]}" \
+    "$(bench_mbps "$bytes" "$secs") ($amp)" >&2
+  [ -n "$RESULTS" ] &&
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$c" "$w" "$rep" "$bytes" \
+      "$secs" "$back_bytes" "$mb" "$amp" >> "$RESULTS"
+  return 0
+}
+
+# ---- run ---------------------------------------------------------------------
+[ -n "$RESULTS" ] &&
+  printf 'config\tworkload\trun\tclient_bytes\tseconds\tbackend_bytes\tMB/s\tamplification\n' > "$RESULTS"
+
+ncells=0
+for w in $WORKLOADS; do for c in $CONFIGS; do ncells=$((ncells + REPEAT)); done; done
+i=0
+t_all=$SECONDS
+# The repetitions of one workload alternate between the configurations, so
+# that a change in the machine's load spreads over all columns alike.
+for w in $WORKLOADS; do
+  for ((rep = 1; rep <= REPEAT; rep++)); do
+    for c in $CONFIGS; do
+      i=$((i + 1))
+      if [ "$c" = ra-cache ] && [ "$have_filter" = no ]; then
+        cell[$c,$w]=n/a
+        continue
+      fi
+      [ "${cell[$c,$w]:-}" = FAIL ] && continue
+      t0=$SECONDS
+      printf '[%3d/%d] run %d: ' "$i" "$ncells" "$rep" >&2
+      run_cell "$c" "$w" "$rep"
+      if [ "${cell[$c,$w]:-}" = FAIL ]; then
+        echo "$c ${wl_label[$w]}: FAILED" >&2
+      else
+        printf ' %3ds\n' $((SECONDS - t0)) >&2
+      fi
+    done
+  done
+  # The median run by MB/s (the lower middle one for an even REPEAT).
+  for c in $CONFIGS; do
+    [ -n "${cell[$c,$w]:-}" ] && continue
+    [ -n "${runs[$c,$w]:-}" ] || { cell[$c,$w]=n/a; continue; }
+    read -r mb amp < <(printf '%s' "${runs[$c,$w]}" | sort -g -k1,1 |
+                       awk '{ l[NR] = $0 } END { print l[int((NR + 1) / 2)] }')
+    mbps_raw[$c,$w]=$mb
+    cell[$c,$w]="$(bench_mbps "$mb" 1e-6) ($amp)"
+  done
+done
+
+# ---- the table -----------------------------------------------------------------
+ratio_cols=()
+if [[ " $CONFIGS " == *" ra-cache "* ]]; then
+  for c in ceiling readahead+cache plain; do
+    [[ " $CONFIGS " == *" $c "* ]] && ratio_cols+=("$c")
+  done
+fi
+
+echo
+echo "ra-cache benchmark: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $("$NBDKIT" --version), $(qemu-img --version | head -n 1)"
+echo "backend: nbdkit --filter=stats --filter=delay $BACKEND rdelay=$RDELAY (ceiling and single-hop: rdelay=0); front: nbdkit [filters] nbd, Unix sockets"
+echo "ra-cache: $FILTER${RA_CACHE_ARGS:+ $RA_CACHE_ARGS}$([ "$have_filter" = no ] && echo ' (NOT BUILT)')"
+echo "cells: MB/s (backend bytes / client bytes), the median of $REPEAT run(s) on fresh servers each"
+echo
+hdr="| workload |"; sep="|---|"
+for c in $CONFIGS; do hdr+=" $c |"; sep+="---:|"; done
+for c in "${ratio_cols[@]}"; do hdr+=" ra-cache / $c |"; sep+="---:|"; done
+echo "$hdr"; echo "$sep"
+for w in $WORKLOADS; do
+  row="| ${wl_label[$w]} |"
+  for c in $CONFIGS; do row+=" ${cell[$c,$w]:-n/a} |"; done
+  for c in "${ratio_cols[@]}"; do
+    r=$(bench_ratio "${mbps_raw[ra-cache,$w]:-}" "${mbps_raw[$c,$w]:-}" 2)
+    [ "$r" = n/a ] || r="${r}x"
+    row+=" $r |"
+  done
+  echo "$row"
+done
+echo
+echo "total time: $((SECONDS - t_all)) s"
+exit "$failed"
