@@ -274,10 +274,15 @@ ra_ondemand (struct ra_state *ra, const struct ra_params *p,
     if (marker) {
       ra->start += ra->size;
       ra->size = ra_next_size (old_size, max);
-      /* Correction 1: requested pages at or past the new start are
-       * still wanted; Linux makes the whole window async.
+      ra->async_size = ra->size;
+      /* Correction 1: when the window starts past index (the trigger
+       * was the marker page), requested pages at or past the new start
+       * are still wanted; Linux makes the whole window async.  A marker
+       * at start + size itself moves the start past nothing: the window
+       * stays wholly async and SUBMIT pulls the next one in, as Linux.
        */
-      set_sync_part (ra, wanted_from (index, req, ra->start));
+      if (ra->start > index)
+        set_sync_part (ra, wanted_from (index, req, ra->start));
     }
     else {
       /* Correction 3 (Linux 6.11): a sync trigger must read the page
