@@ -179,12 +179,23 @@ wanted_from (ra_pgoff index, ra_pgoff req, ra_pgoff start)
 }
 
 /* Set async_size so that the window's sync part is exactly the wanted
- * pages (at most the whole window).
+ * pages.  When the wanted pages fill the whole window, the window would
+ * have no async part and so no marker: a reader whose requests are
+ * larger than the window would never be read ahead of again (every read
+ * a sync miss).  Then the ramped size is kept as an async part after the
+ * wanted pages, so the marker chain goes on.  (The spec's correction 1
+ * says nothing of this case; Linux never meets it, as it makes the whole
+ * window async.)
  */
 static void
 set_sync_part (struct ra_state *ra, ra_pgoff wanted)
 {
-  ra->async_size = ra->size - (wanted < ra->size ? wanted : ra->size);
+  if (wanted >= ra->size) {
+    ra->async_size = ra->size;
+    ra->size += wanted;
+  }
+  else
+    ra->async_size = ra->size - wanted;
 }
 
 /* Clamp the state's window to the export and describe it in *w. */

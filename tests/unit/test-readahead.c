@@ -729,8 +729,10 @@ END_TEST
  * past 410: (410, 22, 22, 410).
  * C with more requested past the hole than the window: 200..201 cached,
  * marker 200, req 40 (io_max = ra_max: no raise): s = 202, next_size(2 +
- * 40) = 32; 240 - 202 = 38 >= 32 pages wanted: all sync, no marker:
- * (202, 32, 0, none).
+ * 40) = 32; 240 - 202 = 38 >= 32 pages wanted.  The wanted pages would
+ * fill the window and leave no marker, so the ramped 32 pages stay as
+ * an async part after them: sync 38, size 38 + 32 = 70, marker 240:
+ * (202, 70, 32, 240).
  */
 START_TEST (test_C_req_count_edges)
 {
@@ -747,9 +749,10 @@ START_TEST (test_C_req_count_edges)
   sim_cache_range (s, 200, 202);
   s->marker[200] = false;       /* the read path cleared it */
   sim_trigger (s, 200, true, 40, &w[0]);
-  ck_win (w[0], RA_C_INTERLEAVED, 202, 32, 0, NOM);
-  ck_assert_uint_eq (s->res.sync_pages, 32);
-  ck_assert_uint_eq (s->res.async_pages, 0);
+  ck_win (w[0], RA_C_INTERLEAVED, 202, 70, 32, 240);
+  ck_state (s, 202, 70, 32);
+  ck_assert_uint_eq (s->res.sync_pages, 38);
+  ck_assert_uint_eq (s->res.async_pages, 32);
   free (s);
 }
 END_TEST
@@ -776,6 +779,33 @@ START_TEST (test_B_req_count)
    */
   ck_assert_int_eq (sim_read_pages (s, 20, 4, w, 4), 1);
   ck_win (w[0], RA_B_SEQUENTIAL, 24, 32, 32, 24);
+  free (s);
+}
+END_TEST
+
+/* Reads larger than the window keep being read ahead of (B with wanted
+ * >= size).  ra_max = io_max = 32: a 64 page read at 0 is oversize (req
+ * 64 > max 32, io_max not above max: no raise): A: init_size(64, 32) =
+ * 32, size 32 not > req: async 32; merge: add 32, 64 > 32 -> (0, 32, 16,
+ * marker 16).  The read goes on at 16: marker -> B: start 32, next_size(32)
+ * = 32, the request 16..63 wants 32 pages past 32: they fill the window,
+ * so the 32 ramped pages stay async after them: (32, 64, 32, marker 64).
+ * The next 64 page read at 64 hits that marker: B, start 96, wanted
+ * 128 - 96 = 32 again: (96, 64, 32, 128): every read finds its marker.
+ */
+START_TEST (test_B_large_reads_keep_marker)
+{
+  struct sim *s = sim_std ();
+  struct ra_window w[4];
+
+  ck_assert_int_eq (sim_read_pages (s, 0, 64, w, 4), 2);
+  ck_win (w[0], RA_A_INITIAL, 0, 32, 16, 16);
+  ck_win (w[1], RA_B_SEQUENTIAL, 32, 64, 32, 64);
+  ck_assert_int_eq (sim_read_pages (s, 64, 64, w, 4), 1);
+  ck_win (w[0], RA_B_SEQUENTIAL, 96, 64, 32, 128);
+  ck_assert_int_eq (sim_read_pages (s, 128, 64, w, 4), 1);
+  ck_assert_int_eq (w[0].branch, RA_B_SEQUENTIAL);
+  ck_assert_uint_ne (w[0].marker, NOM);
   free (s);
 }
 END_TEST
@@ -1471,6 +1501,7 @@ readahead_suite (void)
   tcase_add_test (tc, test_C_req_count);
   tcase_add_test (tc, test_C_req_count_edges);
   tcase_add_test (tc, test_B_req_count);
+  tcase_add_test (tc, test_B_large_reads_keep_marker);
   tcase_add_test (tc, test_B_marker_at_window_end);
   tcase_add_test (tc, test_C_no_hole);
   tcase_add_test (tc, test_B_sync_evicted_marker);
