@@ -33,8 +33,15 @@
 #include "racache/stats-server.h"
 #include "racache/util.h"
 
-/* -D ra-cache.verbose=1: log every window and backend read. */
+/* -D ra-cache.verbose=1: log every window and backend read.  nbdkit
+ * looks the flag up as the symbol NAME_debug_FLAG with only dots turned
+ * into underscores, so for this filter "ra-cache_debug_verbose", which
+ * no C identifier can spell: export the variable under that name too.
+ */
 NBDKIT_DLL_PUBLIC int ra_cache_debug_verbose = 0;
+extern int ra_cache_debug_verbose_dashed
+  __asm__ ("\"ra-cache_debug_verbose\"")
+  __attribute__ ((alias ("ra_cache_debug_verbose")));
 
 static struct rc_config cfg;
 static bool serialize_backend;

@@ -1,0 +1,227 @@
+# ra-cache integration tests: shared helpers.  Source this file first:
+#
+#   . "${top_srcdir:-$(dirname "$0")/..}/tests/functions.sh"
+#
+# It makes a private temporary directory ($tmpdir), and a trap that on
+# every exit path (success, failure, set -e, signal) stops every nbdkit
+# server started with start_server and removes $tmpdir.  Set
+# RA_CACHE_KEEP_TMP=1 to keep $tmpdir for a post mortem.
+#
+# Servers listen on Unix sockets only: $tmpdir/NAME.sock.  Each runs in
+# the foreground (nbdkit -f) as a child of the test, so that the test can
+# stop it with SIGTERM and wait for it: ra-cache logs its stats line
+# ("ra-cache stats: ...") at exit when nbdkit runs with -v.
+#
+# top_srcdir, top_builddir, NBDKIT and PATH (with /usr/bin first, for
+# nbdsh's python3) come from AM_TESTS_ENVIRONMENT; running a test by hand
+# from the build directory also works.
+
+set -euo pipefail
+
+: "${top_builddir:=$PWD}"
+: "${top_srcdir:=$(cd "$(dirname "$0")/.." && pwd)}"
+: "${NBDKIT:=nbdkit}"
+export top_srcdir top_builddir NBDKIT
+# nbdsh runs "python3 -m nbd": the system python3 must come first.
+PATH=/usr/bin:/bin:$PATH
+export PATH
+
+# The filter as built (not installed).
+FILTER=$top_builddir/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so
+
+# Client commands get this many seconds before they count as a hang.
+CLIENT_TIMEOUT=${CLIENT_TIMEOUT:-120}
+
+test_name=$(basename "$0" .sh)
+
+fail ()
+{
+  echo "$test_name: FAIL: $*" >&2
+  exit 1
+}
+
+skip ()
+{
+  echo "$test_name: SKIP: $*" >&2
+  exit 77
+}
+
+info ()
+{
+  echo "$test_name: $*"
+}
+
+# requires CMD...: skip the test unless every command exists.
+requires ()
+{
+  local c
+  for c in "$@"; do
+    command -v "$c" >/dev/null 2>&1 || skip "$c is not installed"
+  done
+}
+
+requires "$NBDKIT" nbdsh timeout
+[ -f "$FILTER" ] || fail "the filter is not built: $FILTER"
+nbdsh -n -c 'import nbd' >/dev/null 2>&1 ||
+  skip "nbdsh cannot import the nbd module (python3-libnbd)"
+
+# Unix socket paths are limited to 107 bytes: keep the directory short.
+tmpdir=$(mktemp -d /tmp/ra-cache-test.XXXXXX)
+server_names=()
+
+# The pid of server NAME (the nbdkit process itself).
+server_pid ()
+{
+  cat "$tmpdir/$1.bgpid"
+}
+
+# Stop one server: SIGTERM, then wait up to 30 s for it to exit.  A
+# server that hangs at shutdown (reported, then killed) or crashes (any
+# exit status but 0 or 143, which is nbdkit's after a clean shutdown on
+# SIGTERM) fails the test.
+stop_server ()
+{
+  local name=$1 pid i status=0
+  [ -f "$tmpdir/$name.bgpid" ] || return 0
+  pid=$(server_pid "$name")
+  rm -f "$tmpdir/$name.bgpid"
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < 300; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    echo "$test_name: FAIL: server $name (pid $pid) did not exit" \
+         "within 30 s of SIGTERM" >&2
+    return 1
+  fi
+  wait "$pid" 2>/dev/null || status=$?
+  case $status in
+    0|143) ;;
+    *) echo "$test_name: FAIL: server $name exited with status $status" \
+            "(crash?)" >&2
+       return 1 ;;
+  esac
+}
+
+cleanup ()
+{
+  local status=$? name
+  set +e
+  # Newest first: a front before the backend it reads from.
+  for ((i = ${#server_names[@]} - 1; i >= 0; i--)); do
+    if ! stop_server "${server_names[i]}" && [ "$status" -eq 0 ]; then
+      status=1
+    fi
+  done
+  if [ "$status" -ne 0 ] && [ "$status" -ne 77 ]; then
+    for name in "${server_names[@]}"; do
+      if [ -s "$tmpdir/$name.log" ]; then
+        echo "---- last lines of server $name's log ----" >&2
+        tail -n 30 "$tmpdir/$name.log" >&2
+      fi
+    done
+  fi
+  if [ -n "${RA_CACHE_KEEP_TMP:-}" ]; then
+    echo "$test_name: keeping $tmpdir" >&2
+  else
+    rm -rf "$tmpdir"
+  fi
+  exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM HUP
+
+# start_server NAME NBDKIT-ARGS...
+# Start nbdkit on $tmpdir/NAME.sock, stderr and stdout to $tmpdir/NAME.log,
+# and wait until it accepts connections (it writes its pidfile only after
+# binding the socket).
+start_server ()
+{
+  local name=$1; shift
+  local sock=$tmpdir/$name.sock pidfile=$tmpdir/$name.pid pid i
+
+  rm -f "$sock" "$pidfile"
+  "$NBDKIT" -f -U "$sock" -P "$pidfile" "$@" \
+    </dev/null >>"$tmpdir/$name.log" 2>&1 &
+  pid=$!
+  echo "$pid" > "$tmpdir/$name.bgpid"
+  server_names+=("$name")
+  for ((i = 0; i < 300; i++)); do
+    if [ -S "$sock" ] && [ -s "$pidfile" ]; then
+      return 0
+    fi
+    if ! kill -0 "$pid" 2>/dev/null; then
+      cat "$tmpdir/$name.log" >&2
+      fail "server $name exited at startup: nbdkit $*"
+    fi
+    sleep 0.1
+  done
+  fail "server $name did not start within 30 s: nbdkit $*"
+}
+
+# The socket and the NBD URI of server NAME.
+sock ()
+{
+  echo "$tmpdir/$1.sock"
+}
+
+uri ()
+{
+  echo "nbd+unix:///?socket=$tmpdir/$1.sock"
+}
+
+# start_front NAME BACKEND-NAME [RA-CACHE-PARAMETERS...]
+# A ra-cache front reading server BACKEND-NAME through the nbd plugin,
+# with -v so that the stats line is logged at exit.
+start_front ()
+{
+  local name=$1 back=$2; shift 2
+  start_server "$name" -v --filter="$FILTER" nbd socket="$(sock "$back")" "$@"
+}
+
+# stats NAME: the "ra-cache stats:" line of a stopped server's log.
+stats ()
+{
+  grep -o 'ra-cache stats: .*' "$tmpdir/$1.log" | tail -n 1
+}
+
+# ra_stat NAME KEY: one number from that line, e.g. ra_stat front errors.
+# KEY is the text before "=" (several words allowed: "backend reads").
+ra_stat ()
+{
+  local line
+  line=$(stats "$1")
+  [ -n "$line" ] || fail "server $1 logged no ra-cache stats line"
+  sed -n "s/.*[ :]$2=\([0-9]*\).*/\1/p" <<<"$line"
+}
+
+# nbdsh with a timeout: any client command that hangs fails the test.
+nbdsh_t ()
+{
+  timeout "$CLIENT_TIMEOUT" nbdsh "$@"
+}
+
+# run_py FILE [NAME=VALUE...]: run a Python script with nbdsh (whose
+# python3 has the nbd module), with a timeout.  Parameters are passed in
+# the environment.
+run_py ()
+{
+  local f=$1; shift
+  env "$@" timeout "$CLIENT_TIMEOUT" nbdsh -n \
+    -c "exec (compile (open ('$f').read (), '$f', 'exec'))"
+}
+
+# A file of random bytes: random_file PATH SIZE-IN-BYTES.
+random_file ()
+{
+  head -c "$2" /dev/urandom > "$1"
+  [ "$(stat_size "$1")" -eq "$2" ] || fail "could not make $1"
+}
+
+stat_size ()
+{
+  stat -c %s "$1"
+}
