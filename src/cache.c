@@ -317,6 +317,11 @@ rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
   unsigned tries = 0;
 
   STAT_ADD (&c->stats, client_reads, 1);
+  /* A zero-length read at an unaligned offset names no byte of its page:
+   * it must not read (or read ahead from) the backend, nor move prev_pos.
+   */
+  if (count == 0)
+    return 0;
   while (i < last) {
     uint64_t page_start = i << shift;
     uint64_t from = offset > page_start ? offset : page_start;
@@ -355,7 +360,13 @@ rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
         tries = 0;
         break;
       }
-      if (trigger (c, s, ctx, i, false, last, err) == -1)
+      /* A failed sync read fails this client only if it was reading a
+       * page the client needs now: the window's sync part may reach past
+       * the request, and another page's error is not this client's (it
+       * meets that page again, and retries it, if it asked for it).
+       */
+      if (trigger (c, s, ctx, i, false, last, err) == -1 &&
+          !rc_pc_query_ops.cached (c->pc, i))
         return -1;
       break;
     }
@@ -378,13 +389,22 @@ rc_fill (struct rc_cache *c, void *ctx, uint32_t count, uint64_t offset,
   ra_pgoff last = (offset + count + ps - 1) >> shift;
   struct ra_window w;
 
+  if (count == 0)
+    return 0;
   while (ra_forced (&c->params, index, last, &w)) {
     struct batches bs;
 
     submit_window (c, NULL, &w, last, &bs);
     if (issue_batches (c, ctx, &bs, err) == -1)
       return -1;
-    index = w.start + w.size;
+    /* When the batch list filled up (a chunk of more than MAX_BATCHES
+     * backend reads: small io_max), the rest of the chunk was not
+     * inserted: go on from the end of the last batch.
+     */
+    if (bs.overflow)
+      index = bs.b[bs.n - 1].start + bs.b[bs.n - 1].count;
+    else
+      index = w.start + w.size;
   }
   return 0;
 }

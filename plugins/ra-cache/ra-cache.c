@@ -13,7 +13,11 @@
  * such as curl or ssh in nbdkit 1.32, or a sh script) nbdkit serializes
  * the clients' calls but knows nothing of our workers, so every call
  * this filter makes into the plugin, from a client or a worker, takes
- * one lock: prefetch still works, and no two plugin calls overlap.
+ * one lock, and so do the plugin's open and the size and can_* queries
+ * of a connecting client: prefetch still works, and those calls never
+ * overlap.  nbdkit's own finalize and close of a client's plugin context
+ * run after this filter's callbacks return and cannot take the lock: a
+ * worker's read can overlap them (see LIMITATIONS in the man page).
  */
 
 #include <config.h>
@@ -39,9 +43,15 @@
  * no C identifier can spell: export the variable under that name too.
  */
 NBDKIT_DLL_PUBLIC int ra_cache_debug_verbose = 0;
-extern int ra_cache_debug_verbose_dashed
-  __asm__ ("\"ra-cache_debug_verbose\"")
-  __attribute__ ((alias ("ra_cache_debug_verbose")));
+/* A top-level asm alias rather than a C declaration with an asm label:
+ * with -fsanitize=address GCC would emit an ODR indicator symbol for the
+ * declaration, "__odr_asan.ra-cache_debug_verbose", unquoted, which the
+ * assembler rejects.
+ */
+__asm__ (".globl \"ra-cache_debug_verbose\"\n"
+         "\t.type \"ra-cache_debug_verbose\", @object\n"
+         "\t.size \"ra-cache_debug_verbose\", 4\n"
+         "\t.set \"ra-cache_debug_verbose\", ra_cache_debug_verbose\n");
 
 static struct rc_config cfg;
 static bool serialize_backend;
@@ -353,13 +363,28 @@ ra_cache_cleanup (nbdkit_backend *backend)
   }
 }
 
+/* Serialize a plugin call when the plugin needs it. */
+#define BACKEND_CALL(expr)                              \
+  ({                                                    \
+    int r_;                                             \
+    if (serialize_backend)                              \
+      ACQUIRE_LOCK (&backend_lock);                     \
+    r_ = (expr);                                        \
+    if (serialize_backend)                              \
+      RELEASE_LOCK (&backend_lock);                     \
+    r_;                                                 \
+  })
+
 static void *
 ra_cache_open (nbdkit_next_open *next, nbdkit_context *nxdata,
                int readonly, const char *exportname, int is_tls)
 {
   struct handle *h;
 
-  if (next (nxdata, readonly, exportname) == -1)
+  /* With a plugin that serializes requests, its open must not overlap
+   * a background worker's read either.
+   */
+  if (BACKEND_CALL (next (nxdata, readonly, exportname)) == -1)
     return NULL;
   h = calloc (1, sizeof *h);
   if (!h) {
@@ -415,17 +440,45 @@ ra_cache_prepare (nbdkit_next *next, void *handle, int readonly)
   return 0;
 }
 
-/* Serialize a plugin call when the plugin needs it. */
-#define BACKEND_CALL(expr)                              \
-  ({                                                    \
-    int r_;                                             \
-    if (serialize_backend)                              \
-      ACQUIRE_LOCK (&backend_lock);                     \
-    r_ = (expr);                                        \
-    if (serialize_backend)                              \
-      RELEASE_LOCK (&backend_lock);                     \
-    r_;                                                 \
-  })
+
+/* The calls nbdkit makes into the plugin while a client connects: with a
+ * serializing plugin they too must not overlap a worker's read.
+ */
+#define PASS_THROUGH(name)                                      \
+  static int                                                    \
+  ra_cache_##name (nbdkit_next *next, void *handle)             \
+  {                                                             \
+    return BACKEND_CALL (next->name (next));                    \
+  }
+PASS_THROUGH (can_write)
+PASS_THROUGH (can_flush)
+PASS_THROUGH (is_rotational)
+PASS_THROUGH (can_trim)
+PASS_THROUGH (can_zero)
+PASS_THROUGH (can_fast_zero)
+PASS_THROUGH (can_extents)
+PASS_THROUGH (can_fua)
+PASS_THROUGH (can_multi_conn)
+
+static int64_t
+ra_cache_get_size (nbdkit_next *next, void *handle)
+{
+  int64_t r;
+
+  if (serialize_backend)
+    ACQUIRE_LOCK (&backend_lock);
+  r = next->get_size (next);
+  if (serialize_backend)
+    RELEASE_LOCK (&backend_lock);
+  return r;
+}
+
+static int
+ra_cache_block_size (nbdkit_next *next, void *handle,
+                     uint32_t *minimum, uint32_t *preferred, uint32_t *maximum)
+{
+  return BACKEND_CALL (next->block_size (next, minimum, preferred, maximum));
+}
 
 static int
 ra_cache_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
@@ -518,6 +571,17 @@ static struct nbdkit_filter filter = {
   .open              = ra_cache_open,
   .close             = ra_cache_close,
   .prepare           = ra_cache_prepare,
+  .get_size          = ra_cache_get_size,
+  .block_size        = ra_cache_block_size,
+  .can_write         = ra_cache_can_write,
+  .can_flush         = ra_cache_can_flush,
+  .is_rotational     = ra_cache_is_rotational,
+  .can_trim          = ra_cache_can_trim,
+  .can_zero          = ra_cache_can_zero,
+  .can_fast_zero     = ra_cache_can_fast_zero,
+  .can_extents       = ra_cache_can_extents,
+  .can_fua           = ra_cache_can_fua,
+  .can_multi_conn    = ra_cache_can_multi_conn,
   .pread             = ra_cache_pread,
   .pwrite            = ra_cache_pwrite,
   .trim              = ra_cache_trim,
