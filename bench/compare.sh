@@ -22,6 +22,8 @@
 #                    (the order nbdkit-readahead-filter(1) recommends)
 #   ra-cache         front with --filter=FILTER (ra-cache, default settings
 #                    plus RA_CACHE_ARGS); "n/a" if FILTER is not built
+#   ra-cache-wait    (only if named in CONFIGS) ra-cache with
+#                    ra-congestion=wait
 #   single-hop       (only if named in CONFIGS) the client reads the backend
 #                    directly with rdelay=0: the physical limit for a cache
 #                    that serves hits locally
@@ -30,8 +32,11 @@
 # 1 MiB at depth 1 and of 64 KiB at depth 8 (COUNT_* requests each); fio
 # (ioengine=nbd) random 4 KiB reads at depth 1 for DURATION seconds; and
 # bench/interleave.py: 4 sequential streams of 16 KiB reads round-robin on
-# one connection for DURATION seconds.  Then the ratios of the ra-cache
-# column to the others (of MB/s).
+# one connection for DURATION seconds; fio sequential 64 KiB reads; and
+# ra-bench (RA_BENCH) for DURATION seconds: 4 sequential streams on 4
+# connections, strided (read 64 KiB, skip 64 KiB) and backward sequential
+# 64 KiB reads.  Then the ratios of the ra-cache column to the others (of
+# MB/s).
 #
 # Environment (defaults in brackets):
 #   RDELAY [1ms]          backend read delay (not for "ceiling", which is 0)
@@ -41,11 +46,13 @@
 #   RA_CACHE_ARGS []      extra ra-cache parameters, e.g. "ra-max=8M"
 #   CONFIGS ["ceiling plain readahead+cache ra-cache"]   columns to run,
 #                         in this order; may add single-hop
-#   WORKLOADS ["seq4k seq64k seq1m seq64k-d8 rand4k interleave16k"]
+#   WORKLOADS ["seq4k seq64k seq1m seq64k-d8 fioseq64k rand4k interleave16k
+#              multiconn64k strided64k backward64k"]
+#   RA_BENCH [build/ra-bench]
 #   COUNT_4K [6000] COUNT_64K [4000] COUNT_1M [3000] COUNT_64K_D8 [6000]
 #                         qemu-img bench requests per cell (capped to the
 #                         export size)
-#   DURATION [5]          seconds per fio and interleave cell
+#   DURATION [5]          seconds per fio, interleave and ra-bench cell
 #   REPEAT [3]            runs per cell; the table shows the median run
 #                         (by MB/s) with its amplification
 #   RESULTS [none]        also write the raw figures to this TSV file
@@ -69,7 +76,7 @@ top=$(dirname "$here")
 : "${FILTER:=$top/build/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so}"
 : "${RA_CACHE_ARGS:=}"
 : "${CONFIGS:=ceiling plain readahead+cache ra-cache}"
-: "${WORKLOADS:=seq4k seq64k seq1m seq64k-d8 rand4k interleave16k}"
+: "${WORKLOADS:=seq4k seq64k seq1m seq64k-d8 fioseq64k rand4k interleave16k multiconn64k strided64k backward64k}"
 : "${COUNT_4K:=6000}"
 : "${COUNT_64K:=4000}"
 : "${COUNT_1M:=3000}"
@@ -78,6 +85,7 @@ top=$(dirname "$here")
 : "${REPEAT:=3}"
 : "${RESULTS:=}"
 : "${PYTHON:=/usr/bin/python3}"
+: "${RA_BENCH:=$top/build/ra-bench}"
 
 case "${1:-}" in
   -h|--help) sed -n '2,/^$/s/^# \{0,1\}//p' "$0"; exit 0 ;;
@@ -128,13 +136,17 @@ declare -A wl_label=(
   [seq64k-d8]="sequential 64 KiB reads, depth 8"
   [rand4k]="random 4 KiB reads (fio), depth 1"
   [interleave16k]="4 streams interleaved, 16 KiB"
+  [fioseq64k]="sequential 64 KiB reads (fio), depth 1"
+  [multiconn64k]="4 streams on 4 connections, 64 KiB"
+  [strided64k]="strided 64 KiB (read 1, skip 1)"
+  [backward64k]="backward sequential 64 KiB"
 )
 for w in $WORKLOADS; do
   [ -n "${wl_label[$w]+x}" ] || bench_die "unknown workload $w (known: ${!wl_label[*]})"
 done
 for c in $CONFIGS; do
   case "$c" in
-    ceiling|plain|readahead+cache|ra-cache|single-hop) ;;
+    ceiling|plain|readahead+cache|ra-cache|ra-cache-wait|single-hop) ;;
     *) bench_die "unknown configuration $c" ;;
   esac
 done
@@ -178,6 +190,36 @@ interleave ()
     "$PYTHON" "$here/interleave.py" "$1" 4 16384 "$DURATION" 0
 }
 
+# fio_seq URI: "BYTES SECONDS" of DURATION seconds of sequential 64 KiB
+# reads.
+fio_seq ()
+{
+  local uri=$1 out=$bench_tmpdir/fio.json
+  timeout "$CLIENT_TIMEOUT" fio --name=seq64k --ioengine=nbd --uri="$uri" \
+    --rw=read --bs=64k --iodepth=1 --time_based --runtime="$DURATION" \
+    --output-format=json --output="$out" >"$bench_tmpdir/fio.out" 2>&1 ||
+    { cat "$bench_tmpdir/fio.out" >&2; return 1; }
+  "$PYTHON" -c '
+import json, sys
+j = json.load(open(sys.argv[1]))["jobs"][0]
+if j["error"]:
+    sys.exit("fio job error %d" % j["error"])
+print(j["read"]["io_bytes"], j["read"]["runtime"] / 1000.0)' "$out"
+}
+
+# ra_bench URI ARGS...: "BYTES SECONDS" of a DURATION seconds ra-bench run.
+ra_bench ()
+{
+  local uri=$1; shift
+  [ -x "$RA_BENCH" ] || { echo "ra-bench not built: $RA_BENCH" >&2; return 1; }
+  timeout "$CLIENT_TIMEOUT" "$RA_BENCH" --json -u "$uri" -t "$DURATION" "$@" \
+    > "$bench_tmpdir/rb.json" || return 1
+  "$PYTHON" -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+print(j["bytes"], j["elapsed_s"])' "$bench_tmpdir/rb.json"
+}
+
 run_workload ()
 {
   local w=$1 uri=$2
@@ -188,6 +230,10 @@ run_workload ()
     seq64k-d8)     qemu_seq "$uri" 65536 "$COUNT_64K_D8" 8 ;;
     rand4k)        fio_rand "$uri" ;;
     interleave16k) interleave "$uri" ;;
+    fioseq64k)     fio_seq "$uri" ;;
+    multiconn64k)  ra_bench "$uri" -p multiconn --streams 4 -s 64K ;;
+    strided64k)    ra_bench "$uri" -p strided --stride-read 1 --stride-skip 1 -s 64K ;;
+    backward64k)   ra_bench "$uri" -p backward -s 64K ;;
   esac
 }
 
@@ -209,10 +255,11 @@ run_cell ()
   case "$c" in
     ceiling|plain|single-hop) front=() ;;
     readahead+cache) front=(--filter=readahead --filter=cache) ;;
-    ra-cache)        front=(--filter="$FILTER") ;;
+    ra-cache|ra-cache-wait) front=(--filter="$FILTER") ;;
   esac
   front+=(nbd socket="$(bench_sock back)")
   [ "$c" = ra-cache ] && front+=("${ra_cache_args[@]}")
+  [ "$c" = ra-cache-wait ] && front+=(ra-congestion=wait "${ra_cache_args[@]}")
 
   rm -f "$stats" "$bench_tmpdir"/*.log
   if ! bench_start back --filter=stats --filter=delay "${backend_args[@]}" \
