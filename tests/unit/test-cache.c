@@ -1,0 +1,1888 @@
+/* Unit tests of the core cache (src/cache.c, src/prefetch.c,
+ * src/pagecache.c) over a scripted fake backend.
+ *
+ * The fake backend is an in-memory export whose bytes follow a
+ * deterministic pattern of (offset, version): every 512-byte block has a
+ * version, bumped by a simulated write.  It can delay each request, fail
+ * requests by byte range, by count, or when issued by a worker, hold
+ * requests that touch a byte range until the test opens a gate (the data
+ * is copied before the gate, so a held read returns what the export held
+ * when it started), and it logs every request (offset, count, thread,
+ * ctx) and counts concurrent calls.
+ *
+ * Tests that need several threads never call ck_assert outside the test
+ * thread: helper threads record what went wrong and the test thread
+ * asserts.  The stress test runs for RC_STRESS_SECS seconds (default
+ * 1.5 per configuration).
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <check.h>
+
+#include "racache/cache.h"
+#include "racache/config.h"
+#include "racache/pagecache.h"
+#include "racache/readahead.h"
+#include "racache/stats.h"
+
+#define KiB 1024u
+#define MiB (1024u * 1024u)
+
+/* ---- time ------------------------------------------------------------- */
+
+static uint64_t
+now_ns (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return (uint64_t) ts.tv_sec * 1000000000u + ts.tv_nsec;
+}
+
+static void
+sleep_ns (long ns)
+{
+  struct timespec ts = { .tv_sec = ns / 1000000000L,
+                         .tv_nsec = ns % 1000000000L };
+
+  while (nanosleep (&ts, &ts) == -1 && errno == EINTR)
+    ;
+}
+
+/* How long the tests wait for something that should happen at once
+ * (generous: valgrind and the sanitizers are slow).
+ */
+#define PATIENCE_NS (UINT64_C (30) * 1000000000u)
+
+/* ---- the fake backend ------------------------------------------------- */
+
+#define VBLOCK 512u             /* version granularity, the smallest page */
+
+/* The byte at offset o when its block has version v. */
+static inline uint8_t
+pat (uint64_t o, uint32_t v)
+{
+  uint64_t x = o * UINT64_C (0x9E3779B97F4A7C15)
+    + (uint64_t) (v + 1) * UINT64_C (0xD6E8FEB86659FD93);
+
+  x ^= x >> 31;
+  return (uint8_t) (x >> 24);
+}
+
+struct req {
+  uint64_t offset;
+  uint32_t count;
+  pthread_t thread;
+  void *ctx;
+  int err;                      /* the error returned, 0 = success */
+};
+
+struct fake {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  uint64_t size;
+  uint8_t *data;
+  _Atomic uint32_t *ver;        /* per VBLOCK; written under lock */
+  _Atomic uint32_t *committed;  /* per VBLOCK: written and invalidated */
+  long delay_ns;                /* every request sleeps this long */
+
+  /* Error injection. */
+  uint64_t err_lo, err_hi;      /* requests touching [lo, hi) fail */
+  int err_errno;
+  unsigned fail_next;           /* the next N requests fail */
+  int fail_errno;
+  bool fail_workers;            /* requests with a worker's ctx fail */
+
+  /* Requests touching [gate_lo, gate_hi) wait while gate_closed. */
+  bool gate_closed;
+  uint64_t gate_lo, gate_hi;
+  unsigned gate_blocked;
+
+  bool log_on;
+  struct req *log;
+  size_t nlog, caplog;
+
+  unsigned cur, max_cur;        /* concurrent calls now, at most */
+  uint64_t nreqs;
+  unsigned opened, closed;      /* worker contexts */
+  unsigned bad;                 /* requests outside the export or empty */
+};
+
+/* A client's backend context (workers get their own from worker_open). */
+static int client_ctx_tag;
+#define CLIENT_CTX ((void *) &client_ctx_tag)
+
+struct wctx {
+  unsigned id;
+};
+
+static void
+fake_fill (struct fake *f, uint64_t b)
+{
+  uint64_t o, end = (b + 1) * VBLOCK;
+  uint32_t v = atomic_load (&f->ver[b]);
+
+  if (end > f->size)
+    end = f->size;
+  for (o = b * VBLOCK; o < end; o++)
+    f->data[o] = pat (o, v);
+}
+
+static void
+fake_init (struct fake *f, uint64_t size)
+{
+  uint64_t nb = (size + VBLOCK - 1) / VBLOCK, b;
+
+  memset (f, 0, sizeof *f);
+  pthread_mutex_init (&f->lock, NULL);
+  pthread_cond_init (&f->cond, NULL);
+  f->size = size;
+  f->data = malloc (size);
+  f->ver = calloc (nb, sizeof *f->ver);
+  f->committed = calloc (nb, sizeof *f->committed);
+  ck_assert (f->data && f->ver && f->committed);
+  for (b = 0; b < nb; b++)
+    fake_fill (f, b);
+  f->log_on = true;
+}
+
+static void
+fake_free (struct fake *f)
+{
+  free (f->data);
+  free ((void *) f->ver);
+  free ((void *) f->committed);
+  free (f->log);
+  pthread_mutex_destroy (&f->lock);
+  pthread_cond_destroy (&f->cond);
+}
+
+static int
+fake_pread (void *opaque, void *ctx, void *buf, uint32_t count,
+            uint64_t offset, int *err)
+{
+  struct fake *f = opaque;
+  bool failed = true;
+  int e = 0;
+  long delay;
+
+  pthread_mutex_lock (&f->lock);
+  f->nreqs++;
+  if (++f->cur > f->max_cur)
+    f->max_cur = f->cur;
+  if (count == 0 || offset > f->size || count > f->size - offset) {
+    f->bad++;
+    e = EINVAL;
+  }
+  else if (f->fail_next > 0) {
+    f->fail_next--;
+    e = f->fail_errno;
+  }
+  else if (offset < f->err_hi && offset + count > f->err_lo)
+    e = f->err_errno;
+  else if (f->fail_workers && ctx != CLIENT_CTX)
+    e = EIO;
+  else {
+    /* Copy now: a request held at the gate returns the data of when it
+     * started, as a real read racing with a write may.
+     */
+    memcpy (buf, f->data + offset, count);
+    failed = false;
+  }
+  if (f->log_on) {
+    if (f->nlog == f->caplog) {
+      f->caplog = f->caplog ? 2 * f->caplog : 256;
+      f->log = realloc (f->log, f->caplog * sizeof *f->log);
+      if (!f->log)
+        abort ();
+    }
+    f->log[f->nlog++] = (struct req) {
+      .offset = offset, .count = count, .thread = pthread_self (),
+      .ctx = ctx, .err = failed ? (e ? e : -1) : 0 };
+  }
+  while (f->gate_closed && offset < f->gate_hi &&
+         offset + count > f->gate_lo) {
+    f->gate_blocked++;
+    pthread_cond_broadcast (&f->cond);
+    pthread_cond_wait (&f->cond, &f->lock);
+    f->gate_blocked--;
+  }
+  delay = f->delay_ns;
+  pthread_mutex_unlock (&f->lock);
+
+  if (delay)
+    sleep_ns (delay);
+
+  pthread_mutex_lock (&f->lock);
+  f->cur--;
+  pthread_mutex_unlock (&f->lock);
+  if (failed) {
+    *err = e;
+    return -1;
+  }
+  return 0;
+}
+
+static void *
+fake_worker_open (void *opaque)
+{
+  struct fake *f = opaque;
+  struct wctx *w = malloc (sizeof *w);
+
+  if (!w)
+    return NULL;
+  pthread_mutex_lock (&f->lock);
+  w->id = f->opened++;
+  pthread_mutex_unlock (&f->lock);
+  return w;
+}
+
+static void
+fake_worker_close (void *opaque, void *ctx)
+{
+  struct fake *f = opaque;
+
+  pthread_mutex_lock (&f->lock);
+  f->closed++;
+  pthread_mutex_unlock (&f->lock);
+  free (ctx);
+}
+
+/* A write to the export: bump the version of the blocks of
+ * [off, off + len) (whole blocks) and rewrite them.  The caller then
+ * tells the cache (rc_invalidate) and commits.
+ */
+static void
+fake_write (struct fake *f, uint64_t off, uint64_t len)
+{
+  uint64_t b;
+
+  pthread_mutex_lock (&f->lock);
+  for (b = off / VBLOCK; b * VBLOCK < off + len; b++) {
+    atomic_fetch_add (&f->ver[b], 1);
+    fake_fill (f, b);
+  }
+  pthread_mutex_unlock (&f->lock);
+}
+
+/* The write of [off, off + len) has been invalidated in the cache: from
+ * now on a read must return at least this version.
+ */
+static void
+fake_commit (struct fake *f, uint64_t off, uint64_t len)
+{
+  uint64_t b;
+
+  for (b = off / VBLOCK; b * VBLOCK < off + len; b++) {
+    uint32_t v = atomic_load (&f->ver[b]);
+    uint32_t c = atomic_load (&f->committed[b]);
+
+    while (c < v && !atomic_compare_exchange_weak (&f->committed[b], &c, v))
+      ;
+  }
+}
+
+static size_t
+fake_nlog (struct fake *f)
+{
+  size_t n;
+
+  pthread_mutex_lock (&f->lock);
+  n = f->nlog;
+  pthread_mutex_unlock (&f->lock);
+  return n;
+}
+
+static void
+fake_set_gate (struct fake *f, bool closed, uint64_t lo, uint64_t hi)
+{
+  pthread_mutex_lock (&f->lock);
+  f->gate_closed = closed;
+  f->gate_lo = lo;
+  f->gate_hi = hi;
+  pthread_cond_broadcast (&f->cond);
+  pthread_mutex_unlock (&f->lock);
+}
+
+static void
+fake_set_errors (struct fake *f, uint64_t lo, uint64_t hi, int e)
+{
+  pthread_mutex_lock (&f->lock);
+  f->err_lo = lo;
+  f->err_hi = hi;
+  f->err_errno = e;
+  pthread_mutex_unlock (&f->lock);
+}
+
+/* Wait until n requests are held at the gate. */
+static bool
+fake_wait_blocked (struct fake *f, unsigned n)
+{
+  uint64_t deadline = now_ns () + PATIENCE_NS;
+  bool ok;
+
+  pthread_mutex_lock (&f->lock);
+  while (f->gate_blocked < n && now_ns () < deadline) {
+    pthread_mutex_unlock (&f->lock);
+    sleep_ns (1000000);
+    pthread_mutex_lock (&f->lock);
+  }
+  ok = f->gate_blocked >= n;
+  pthread_mutex_unlock (&f->lock);
+  return ok;
+}
+
+static int
+cmp_req (const void *a, const void *b)
+{
+  const struct req *x = a, *y = b;
+
+  if (x->offset != y->offset)
+    return x->offset < y->offset ? -1 : 1;
+  return x->count < y->count ? -1 : x->count > y->count;
+}
+
+/* The requests logged since index from, sorted by offset (malloc'd). */
+static struct req *
+fake_reqs_since (struct fake *f, size_t from, size_t *n)
+{
+  struct req *r;
+
+  pthread_mutex_lock (&f->lock);
+  *n = f->nlog - from;
+  r = malloc ((*n + 1) * sizeof *r);
+  ck_assert (r);
+  memcpy (r, f->log + from, *n * sizeof *r);
+  pthread_mutex_unlock (&f->lock);
+  qsort (r, *n, sizeof *r, cmp_req);
+  return r;
+}
+
+/* Compare bytes read at off with the export now. */
+static void
+check_now (struct fake *f, const uint8_t *buf, uint64_t off, uint32_t len)
+{
+  uint32_t i;
+  uint8_t want = 0;
+
+  pthread_mutex_lock (&f->lock);
+  for (i = 0; i < len; i++)
+    if (buf[i] != f->data[off + i]) {
+      want = f->data[off + i];
+      break;
+    }
+  pthread_mutex_unlock (&f->lock);
+  if (i != len)
+    ck_abort_msg ("wrong data at byte %" PRIu64 " of a read of %" PRIu32
+                  " at %" PRIu64 ": got %u, want %u",
+                  off + i, len, off, buf[i], want);
+}
+
+/* ---- the cache under test --------------------------------------------- */
+
+struct opts {
+  uint64_t page, cache, ra_max, io_max;
+  unsigned bg, thresh;
+  unsigned policy;
+};
+
+/* OPTS (.field = value, ...): the defaults below, with some overridden
+ * (a later designated initializer wins, on purpose).
+ */
+#pragma GCC diagnostic ignored "-Woverride-init"
+#define OPTS(...) ((struct opts) {                                      \
+      .page = 4 * KiB, .cache = 4 * MiB, .ra_max = 128 * KiB,           \
+      .io_max = 128 * KiB, .bg = 4, .thresh = 4,                        \
+      .policy = RC_CONGESTION_SKIP, __VA_ARGS__ })
+
+static struct rc_cache *
+mk_cache (struct fake *f, struct opts o)
+{
+  struct rc_config cfg;
+  struct rc_backend be = {
+    .opaque = f, .pread = fake_pread,
+    .worker_open = fake_worker_open, .worker_close = fake_worker_close,
+  };
+  struct rc_cache *c;
+  char msg[256];
+  const char *bad;
+
+  rc_config_defaults (&cfg);
+  cfg.page_size = o.page;
+  cfg.cache_size = o.cache;
+  cfg.ra_max = o.ra_max;
+  cfg.io_max = o.io_max;
+  cfg.max_background = o.bg;
+  cfg.congestion_threshold = o.thresh;
+  cfg.congestion = o.policy;
+  bad = rc_config_check (&cfg, msg, sizeof msg);
+  ck_assert_msg (bad == NULL, "config: %s", bad);
+  c = rc_cache_new (&cfg, &be, cfg.max_background);
+  ck_assert (c != NULL);
+  ck_assert_int_eq (rc_cache_set_export_size (c, f->size), 0);
+  return c;
+}
+
+static void
+free_cache (struct rc_cache *c, struct fake *f)
+{
+  rc_cache_free (c);
+  ck_assert_uint_eq (f->opened, f->closed);
+  ck_assert_uint_eq (f->bad, 0);
+}
+
+#define ST(c, field) STAT_GET (rc_cache_stats (c), field)
+
+static struct rc_pc_counts
+counts (struct rc_cache *c)
+{
+  struct rc_pc_counts n;
+
+  rc_pc_counts (rc_cache_pagecache (c), &n);
+  return n;
+}
+
+/* Wait until no backend read is running or queued and no page is in
+ * flight.
+ */
+static bool
+idle (struct rc_cache *c)
+{
+  uint64_t deadline = now_ns () + PATIENCE_NS;
+
+  do {
+    if (counts (c).inflight == 0 && rc_cache_inflight (c) == 0)
+      return true;
+    sleep_ns (200000);
+  } while (now_ns () < deadline);
+  return false;
+}
+
+#define ASSERT_IDLE(c) ck_assert_msg (idle (c), "cache never became idle")
+
+static bool
+cached (struct rc_cache *c, ra_pgoff index)
+{
+  return rc_pc_query_ops.cached (rc_cache_pagecache (c), index);
+}
+
+/* Read through the cache into a guarded buffer; check the guards and
+ * (when the read succeeds) the data against the export.  Returns the
+ * errno, 0 on success.
+ */
+#define GUARD 64
+static int
+rd (struct rc_cache *c, struct rc_stream *s, struct fake *f,
+    uint64_t off, uint32_t len)
+{
+  uint8_t *mem = malloc (len + 2 * GUARD);
+  uint32_t i;
+  int err = 0, r;
+
+  if (!mem)
+    abort ();
+  memset (mem, 0xA5, len + 2 * GUARD);
+  r = rc_read (c, s, CLIENT_CTX, mem + GUARD, len, off, &err);
+  for (i = 0; i < GUARD; i++) {
+    if (mem[i] != 0xA5)
+      ck_abort_msg ("read wrote before its buffer");
+    if (mem[GUARD + len + i] != 0xA5)
+      ck_abort_msg ("read wrote past its buffer");
+  }
+  if (r == 0)
+    check_now (f, mem + GUARD, off, len);
+  else if (err == 0)
+    ck_abort_msg ("rc_read failed without an errno");
+  free (mem);
+  return r == 0 ? 0 : err;
+}
+
+#define RD_OK(c, s, f, off, len)                                        \
+  do {                                                                  \
+    int e_ = rd ((c), (s), (f), (off), (len));                          \
+    if (e_ != 0)                                                        \
+      ck_abort_msg ("read of %u at %" PRIu64 " failed: %s",             \
+                    (unsigned) (len), (uint64_t) (off), strerror (e_)); \
+  } while (0)
+
+static uint64_t
+xorshift (uint64_t *s)
+{
+  uint64_t x = *s;
+
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  return *s = x;
+}
+
+/* ---- read path correctness -------------------------------------------- */
+
+static void
+data_for_page_size (uint64_t ps)
+{
+  struct fake f;
+  struct opts o = OPTS (.page = ps,
+                        .cache = ps >= 64 * KiB ? 4 * MiB : 2 * MiB,
+                        .ra_max = 8 * ps,
+                        .io_max = ps > 64 * KiB ? ps : 64 * KiB);
+  /* Not a multiple of the page size: the last page is partly outside. */
+  uint64_t size = 37 * ps + 1234;
+  static const uint32_t chunks[] = {
+    1, 3, 511, 512, 4095, 4096, 4097, 65535, 65536, 131071, 1 * MiB,
+  };
+  uint64_t seed = 0x1234567 + ps;
+  struct rc_cache *c;
+  struct rc_stream *s;
+  size_t k;
+  int i;
+
+  fake_init (&f, size);
+
+  /* Sequential, each chunk size on a fresh cache. */
+  for (k = 0; k < sizeof chunks / sizeof chunks[0]; k++) {
+    uint64_t off = 0;
+    int n = 0;
+
+    c = mk_cache (&f, o);
+    s = rc_stream_new ();
+    while (off < size && n++ < 3000) {
+      uint32_t len = size - off < chunks[k] ? size - off : chunks[k];
+      RD_OK (c, s, &f, off, len);
+      off += len;
+    }
+    ASSERT_IDLE (c);
+    ck_assert_uint_le (counts (c).pages, counts (c).capacity);
+    rc_stream_free (s);
+    free_cache (c, &f);
+  }
+
+  /* Random and unaligned, on one cache, from several streams. */
+  c = mk_cache (&f, o);
+  {
+    struct rc_stream *ss[3] = { rc_stream_new (), rc_stream_new (),
+                                rc_stream_new () };
+    for (i = 0; i < 600; i++) {
+      uint64_t off = xorshift (&seed) % size;
+      uint32_t len = xorshift (&seed) % (3 * ps + 1);
+
+      if (len > size - off)
+        len = size - off;
+      RD_OK (c, ss[i % 3], &f, off, len);
+    }
+    for (i = 0; i < 3; i++)
+      rc_stream_free (ss[i]);
+  }
+  ASSERT_IDLE (c);
+  free_cache (c, &f);
+
+  /* The end of the export, on a fresh cache each time. */
+  {
+    static const struct { uint64_t from_end; uint32_t len; } tail[] = {
+      { 1, 1 }, { 1234, 1234 }, { 1235, 2 }, { 1234 + 100, 1334 },
+      { 1234 + 1, 1 }, { 3 * 1024 * 1024, 0 /* whole rest */ },
+    };
+    for (k = 0; k < sizeof tail / sizeof tail[0]; k++) {
+      uint64_t off = tail[k].from_end > size ? 0 : size - tail[k].from_end;
+      uint32_t len = tail[k].len ? tail[k].len : size - off;
+
+      c = mk_cache (&f, o);
+      s = rc_stream_new ();
+      RD_OK (c, s, &f, off, len);
+      RD_OK (c, s, &f, off, len);       /* again, from the cache */
+      ASSERT_IDLE (c);
+      rc_stream_free (s);
+      free_cache (c, &f);
+    }
+  }
+
+  /* The whole export in one read. */
+  c = mk_cache (&f, o);
+  s = rc_stream_new ();
+  RD_OK (c, s, &f, 0, size);
+  ASSERT_IDLE (c);
+  rc_stream_free (s);
+  free_cache (c, &f);
+
+  fake_free (&f);
+}
+
+START_TEST (test_data_512)
+{
+  data_for_page_size (512);
+}
+END_TEST
+
+START_TEST (test_data_4k)
+{
+  data_for_page_size (4 * KiB);
+}
+END_TEST
+
+START_TEST (test_data_64k)
+{
+  data_for_page_size (64 * KiB);
+}
+END_TEST
+
+/* Zero-length reads and fills return at once, even at an unaligned
+ * offset: no backend read, nothing written, no page inserted.
+ */
+START_TEST (test_zero_length)
+{
+  static const uint64_t offs[] = { 0, 100, 4096, 4097, 40000 - 1,
+                                   40000 };
+  struct fake f;
+  struct rc_cache *c;
+  struct rc_stream *s;
+  size_t k;
+
+  fake_init (&f, 40000);
+  c = mk_cache (&f, OPTS ());
+  s = rc_stream_new ();
+  for (k = 0; k < sizeof offs / sizeof offs[0]; k++) {
+    uint8_t guard = 0x5A;
+    int err = 0;
+
+    ck_assert_int_eq (rc_read (c, s, CLIENT_CTX, &guard, 0, offs[k], &err),
+                      0);
+    ck_assert_uint_eq (guard, 0x5A);
+    ASSERT_IDLE (c);
+    ck_assert_msg (f.nreqs == 0,
+                   "a zero-length read at %" PRIu64 " read the backend "
+                   "(%" PRIu64 " requests)", offs[k], f.nreqs);
+    ck_assert_uint_eq (counts (c).pages, 0);
+    ck_assert_int_eq (rc_fill (c, CLIENT_CTX, 0, offs[k], &err), 0);
+    ASSERT_IDLE (c);
+    ck_assert_msg (f.nreqs == 0,
+                   "a zero-length fill at %" PRIu64 " read the backend",
+                   offs[k]);
+    ck_assert_uint_eq (counts (c).pages, 0);
+  }
+  rc_stream_free (s);
+  free_cache (c, &f);
+  fake_free (&f);
+}
+END_TEST
+
+/* Windows of more backend reads than submit's batch list holds
+ * (ra_max 128 pages, io_max 1 page): the data is still right and
+ * nothing stays in flight.
+ */
+START_TEST (test_many_batches)
+{
+  struct fake f;
+  struct rc_cache *c;
+  struct rc_stream *s;
+  uint64_t off;
+
+  fake_init (&f, 8 * MiB);
+  c = mk_cache (&f, OPTS (.ra_max = 512 * KiB, .io_max = 4 * KiB));
+  s = rc_stream_new ();
+  for (off = 0; off < 2 * MiB; off += 16 * KiB)
+    RD_OK (c, s, &f, off, 16 * KiB);
+  for (; off < 8 * MiB; off += 1 * MiB)
+    RD_OK (c, s, &f, off, 1 * MiB);
+  ASSERT_IDLE (c);
+  fprintf (stderr, "many batches: %" PRIu64 " windows, %" PRIu64
+           " sync + %" PRIu64 " async pages, %" PRIu64 " misses\n",
+           ST (c, windows[RA_A_INITIAL]) + ST (c, windows[RA_B_SEQUENTIAL])
+           + ST (c, windows[RA_D_OVERSIZE]) + ST (c, windows[RA_E_SEQ_MISS]),
+           ST (c, sync_pages), ST (c, async_pages), ST (c, page_misses));
+  rc_stream_free (s);
+  free_cache (c, &f);
+  fake_free (&f);
+}
+END_TEST
+
+/* ---- windows the backend sees ----------------------------------------- */
+
+struct want { uint64_t off; uint32_t count; bool sync; };
+
+/* The requests logged since *from are exactly want[0..n) (by offset);
+ * sync ones come from this thread with the client's ctx, async ones from
+ * a worker with its own.  Advances *from.
+ */
+static void
+expect_reqs (struct fake *f, size_t *from, const struct want *want,
+             size_t n, int read_no)
+{
+  size_t got, i;
+  struct req *r = fake_reqs_since (f, *from, &got);
+
+  ck_assert_msg (got == n, "read %d: %zu backend requests, want %zu%s%"
+                 PRIu64 "+%u", read_no, got, n,
+                 got ? " (first " : "", got ? r[0].offset : 0,
+                 got ? r[0].count : 0);
+  for (i = 0; i < n; i++) {
+    ck_assert_msg (r[i].offset == want[i].off && r[i].count == want[i].count,
+                   "read %d: request %zu is %" PRIu64 "+%u, want %" PRIu64
+                   "+%u", read_no, i, r[i].offset, r[i].count,
+                   want[i].off, want[i].count);
+    ck_assert_int_eq (r[i].err, 0);
+    if (want[i].sync) {
+      ck_assert_msg (r[i].ctx == CLIENT_CTX &&
+                     pthread_equal (r[i].thread, pthread_self ()),
+                     "read %d: sync request %" PRIu64 " not issued by the "
+                     "reader", read_no, r[i].offset);
+    }
+    else {
+      ck_assert_msg (r[i].ctx != CLIENT_CTX && r[i].ctx != NULL &&
+                     !pthread_equal (r[i].thread, pthread_self ()),
+                     "read %d: async request %" PRIu64 " not issued by a "
+                     "worker", read_no, r[i].offset);
+    }
+  }
+  free (r);
+  *from += got;
+}
+
+/* The spec's worked example: ra_max 32 pages, 16 KiB reads from 0. */
+static void
+worked_example (uint64_t io_max)
+{
+  /* Windows in pages, as the spec's table, and the read that triggers
+   * each (after which the backend must see it).
+   */
+  static const struct { int read; uint64_t start, size, async; } win[] = {
+    { 0, 0, 8, 4 }, { 1, 8, 16, 16 }, { 2, 24, 32, 32 },
+    { 6, 56, 32, 32 }, { 14, 88, 32, 32 },
+  };
+  const uint64_t P = 4096;
+  struct fake f;
+  struct rc_cache *c;
+  struct rc_stream *s;
+  size_t from = 0, k = 0;
+  int r;
+
+  fake_init (&f, 8 * MiB);
+  c = mk_cache (&f, OPTS (.ra_max = 128 * KiB, .io_max = io_max));
+  s = rc_stream_new ();
+  for (r = 0; r < 22; r++) {
+    struct want w[64];
+    size_t n = 0;
+
+    RD_OK (c, s, &f, (uint64_t) r * 16 * KiB, 16 * KiB);
+    ASSERT_IDLE (c);
+    if (k < 5 && win[k].read == r) {
+      uint64_t sync_end = win[k].start + win[k].size - win[k].async;
+      uint64_t p = win[k].start, end = win[k].start + win[k].size;
+
+      /* Backend requests of at most io_max, never mixing the parts. */
+      while (p < end) {
+        uint64_t part_end = p < sync_end ? sync_end : end;
+        uint64_t len = (part_end - p) * P;
+
+        if (len > io_max)
+          len = io_max;
+        w[n++] = (struct want) { p * P, len, p < sync_end };
+        p += len / P;
+      }
+      k++;
+    }
+    expect_reqs (&f, &from, w, n, r);
+    ck_assert_uint_eq (ST (c, windows[RA_A_INITIAL]), 1);
+    ck_assert_uint_eq (ST (c, windows[RA_B_SEQUENTIAL]), k - 1);
+  }
+  ck_assert_uint_eq (k, 5);
+  ck_assert_uint_eq (ST (c, async_skipped), 0);
+  /* Pages 0..119 were read, the reader used 0..87. */
+  ck_assert_uint_eq (counts (c).pages, 120);
+  ck_assert_uint_eq (counts (c).unused, 120 - 88);
+  rc_stream_free (s);
+  free_cache (c, &f);
+  fake_free (&f);
+}
+
+START_TEST (test_worked_example)
+{
+  worked_example (128 * KiB);
+}
+END_TEST
+
+START_TEST (test_worked_example_small_io)
+{
+  worked_example (32 * KiB);
+}
+END_TEST
+
+/* Random reads read exactly the pages they name (branch G). */
+START_TEST (test_random_exact)
+{
+  const uint64_t P = 4096;
+  struct fake f;
+  struct rc_cache *c;
+  struct rc_stream *s;
+  uint64_t seed = 99;
+  unsigned slots[100], i, n = 100;
+  size_t from = 0;
+
+  fake_init (&f, 16 * P * (n + 2));
+  c = mk_cache (&f, OPTS ());
+  s = rc_stream_new ();
+  /* Slot k is pages [16k, 16k + 8): far from every other read, so no
+   * read is next to the previous one (E) or to cached pages (F).
+   */
+  for (i = 0; i < n; i++)
+    slots[i] = i + 1;
+  for (i = n - 1; i > 0; i--) {
+    unsigned j = xorshift (&seed) % (i + 1), t = slots[i];
+    slots[i] = slots[j];
+    slots[j] = t;
+  }
+  for (i = 0; i < n; i++) {
+    uint64_t off = 16 * P * slots[i] + xorshift (&seed) % (4 * P);
+    uint32_t len = 1 + xorshift (&seed) % (3 * P);
+    uint64_t first = off / P, last = (off + len + P - 1) / P;
+    struct want w = { first * P, (last - first) * P, true };
+
+    RD_OK (c, s, &f, off, len);
+    ASSERT_IDLE (c);
+    expect_reqs (&f, &from, &w, 1, i);
+  }
+  ck_assert_uint_eq (ST (c, windows[RA_G_RANDOM]), n);
+  ck_assert_uint_eq (counts (c).unused, 0);
+  rc_stream_free (s);
+  free_cache (c, &f);
+  fake_free (&f);
+}
+END_TEST
+
+/* ra_max = 0: exactly the request, and hits are still served. */
+START_TEST (test_ra_off)
+{
+  struct fake f;
+  struct rc_cache *c;
+  struct rc_stream *s;
+  size_t from = 0;
+  uint64_t reads;
+  int r;
+
+  fake_init (&f, 4 * MiB);
+  c = mk_cache (&f, OPTS (.ra_max = 0));
+  s = rc_stream_new ();
+  for (r = 0; r < 16; r++) {
+    struct want w = { (uint64_t) r * 16 * KiB, 16 * KiB, true };
+
+    RD_OK (c, s, &f, (uint64_t) r * 16 * KiB, 16 * KiB);
+    ASSERT_IDLE (c);
+    expect_reqs (&f, &from, &w, 1, r);
+  }
+  ck_assert_uint_eq (ST (c, windows[RA_OFF]), 16);
+  reads = ST (c, backend_reads);
+  /* Again, unaligned: all from the cache. */
+  for (r = 0; r < 16 * 4; r++)
+    RD_OK (c, s, &f, (uint64_t) r * 4 * KiB + 7, 4 * KiB - 7);
+  ck_assert_uint_eq (ST (c, backend_reads), reads);
+  ck_assert_uint_eq (fake_nlog (&f), from);
+  ck_assert_uint_ge (ST (c, page_hits), 16 * 4);
+  rc_stream_free (s);
+  free_cache (c, &f);
+  fake_free (&f);
+}
+END_TEST
+
+/* ---- congestion ------------------------------------------------------- */
+
+struct bg_read {
+  pthread_t t;
+  struct rc_cache *c;
+  struct rc_stream *s;
+  struct fake *f;
+  uint64_t off;
+  uint32_t len;
+  uint8_t *buf;
+  int r, err;
+};
+
+static void *
+bg_read_main (void *arg)
+{
+  struct bg_read *b = arg;
+
+  b->r = rc_read (b->c, b->s, CLIENT_CTX, b->buf, b->len, b->off, &b->err);
+  return NULL;
+}
+
+static void
+bg_read_start (struct bg_read *b, struct rc_cache *c, struct rc_stream *s,
+               struct fake *f, uint64_t off, uint32_t len)
+{
+  b->c = c;
+  b->s = s;
+  b->f = f;
+  b->off = off;
+  b->len = len;
+  b->buf = malloc (len);
+  b->err = 0;
+  ck_assert (b->buf);
+  ck_assert_int_eq (pthread_create (&b->t, NULL, bg_read_main, b), 0);
+}
+
+static void
+bg_read_join (struct bg_read *b)
+{
+  pthread_join (b->t, NULL);
+}
+
+/* Wait for a counter to reach n. */
+static bool
+stat_reaches (_Atomic uint64_t *field, uint64_t n)
+{
+  uint64_t deadline = now_ns () + PATIENCE_NS;
+
+  while (atomic_load (field) < n && now_ns () < deadline)
+    sleep_ns (500000);
+  return atomic_load (field) >= n;
+}
+
+/* A window submitted while a read is in flight (threshold 1) loses its
+ * async part; nothing stays in flight; the next miss continues in B.
+ */
+START_TEST (test_congestion_skip)
+{
+  const uint64_t P = 4096;
+  struct fake f;
+  struct rc_cache *c;
+  struct rc_stream *s;
+  struct bg_read b;
+  struct rc_pc_counts n;
+  size_t from, got, i;
+  struct req *r;
+  uint64_t misses, off;
+  ra_pgoff p;
+
+  fake_init (&f, 4 * MiB);
+  f.delay_ns = 1000000;                 /* a slow backend: 1 ms */
+  c = mk_cache (&f, OPTS (.thresh = 1));
+  s = rc_stream_new ();
+
+  /* The first window's async part (pages 4-7) is held in flight. */
+  fake_set_gate (&f, true, 4 * P, 8 * P);
+  RD_OK (c, s, &f, 0, 16 * KiB);
+  ck_assert (fake_wait_blocked (&f, 1));
+  ck_assert_uint_eq (ST (c, windows[RA_A_INITIAL]), 1);
+
+  /* The reader reaches the marker (page 4) while it is in flight: the
+   * next window [8, 24) is decided with one read running.
+   */
+  bg_read_start (&b, c, s, &f, 16 * KiB, 16 * KiB);
+  ck_assert (stat_reaches (&rc_cache_stats (c)->async_skipped, 1));
+  fake_set_gate (&f, false, 0, 0);
+  bg_read_join (&b);
+  ck_assert_int_eq (b.r, 0);
+  check_now (&f, b.buf, b.off, b.len);
+  free (b.buf);
+
+  ck_assert_uint_eq (ST (c, async_skipped), 1);
+  ck_assert_uint_eq (ST (c, async_skipped_pages), 16);
+  ck_assert_uint_eq (ST (c, windows[RA_B_SEQUENTIAL]), 1);
+  ASSERT_IDLE (c);
+  n = counts (c);
+  ck_assert_uint_eq (n.inflight, 0);
+  ck_assert_uint_eq (n.pages, 8);
+  ck_assert_uint_eq (n.uptodate, 8);
+  for (p = 8; p < 24; p++)
+    ck_assert_msg (!cached (c, p), "skipped page %" PRIu64 " cached", p);
+  r = fake_reqs_since (&f, 0, &got);
+  for (i = 0; i < got; i++)
+    ck_assert_msg (r[i].offset + r[i].count <= 8 * P,
+                   "skipped pages were read: %" PRIu64 "+%u",
+                   r[i].offset, r[i].count);
+  free (r);
+  from = got;
+
+  /* The next read misses at page 8 = start + size: branch B, sync. */
+  misses = ST (c, page_misses);
+  RD_OK (c, s, &f, 32 * KiB, 16 * KiB);
+  ck_assert_uint_eq (ST (c, page_misses), misses + 1);
+  ck_assert_uint_eq (ST (c, windows[RA_B_SEQUENTIAL]), 2);
+  ASSERT_IDLE (c);
+  {
+    struct want w[2] = { { 8 * P, 4 * P, true }, { 12 * P, 4 * P, false } };
+    expect_reqs (&f, &from, w, 2, 2);
+  }
+
+  /* The stream goes on (skipping more or not): data right, B windows. */
+  for (off = 48 * KiB; off < 2 * MiB; off += 16 * KiB)
+    RD_OK (c, s, &f, off, 16 * KiB);
+  ck_assert_uint_gt (ST (c, windows[RA_B_SEQUENTIAL]), 4);
+  ASSERT_IDLE (c);
+  n = counts (c);
+  ck_assert_uint_eq (n.inflight, 0);
+  ck_assert_uint_eq (n.pages, n.uptodate);
+  ck_assert_uint_eq (ST (c, backend_errors), 0);
+  rc_stream_free (s);
+  free_cache (c, &f);
+  fake_free (&f);
+}
+END_TEST
+
+/* A slow backend and a low threshold, no gate: skips happen, nothing
+ * leaks, the data is right.
+ */
+START_TEST (test_congestion_slow)
+{
+  struct fake f;
+  struct rc_cache *c;
+  struct rc_stream *s;
+  struct rc_pc_counts n;
+  uint64_t off;
+
+  fake_init (&f, 4 * MiB);
+  f.delay_ns = 3000000;
+  c = mk_cache (&f, OPTS (.thresh = 1));
+  s = rc_stream_new ();
+  for (off = 0; off < 1 * MiB; off += 16 * KiB)
+    RD_OK (c, s, &f, off, 16 * KiB);
+  ck_assert_uint_gt (ST (c, async_skipped), 0);
+  ck_assert_uint_gt (ST (c, windows[RA_B_SEQUENTIAL]), 0);
+  ASSERT_IDLE (c);
+  n = counts (c);
+  ck_assert_uint_eq (n.inflight, 0);
+  ck_assert_uint_eq (n.pages, n.uptodate);
+  rc_stream_free (s);
+  free_cache (c, &f);
+  fake_free (&f);
+}
+END_TEST
+
+/* ra-congestion=wait: async parts are held back, never skipped. */
+START_TEST (test_congestion_wait)
+{
+  struct fake f;
+  struct rc_cache *c;
+  struct rc_stream *s;
+  uint64_t off;
+
+  fake_init (&f, 4 * MiB);
+  f.delay_ns = 2000000;
+  c = mk_cache (&f, OPTS (.thresh = 1, .io_max = 16 * KiB,
+                          .policy = RC_CONGESTION_WAIT));
+  s = rc_stream_new ();
+  for (off = 0; off < 1 * MiB; off += 16 * KiB)
+    RD_OK (c, s, &f, off, 16 * KiB);
+  ck_assert_uint_eq (ST (c, async_skipped), 0);
+  ck_assert_uint_gt (ST (c, async_delayed), 0);
+  ASSERT_IDLE (c);
+  ck_assert_uint_eq (counts (c).inflight, 0);
+  rc_stream_free (s);
+  free_cache (c, &f);
+  fake_free (&f);
+}
+END_TEST
+
+/* ---- errors ----------------------------------------------------------- */
+
+START_TEST (test_sync_error)
+{
+  const uint64_t P = 4096;
+  struct fake f;
+  struct rc_cache *c;
+  struct rc_stream *s;
+
+  fake_init (&f, 4 * MiB);
+  c = mk_cache (&f, OPTS ());
+
+  /* By range: the reader gets the backend's errno. */
+  s = rc_stream_new ();
+  fake_set_errors (&f, 40 * KiB, 40 * KiB + 1, ENXIO);
+  ck_assert_int_eq (rd (c, s, &f, 40 * KiB, 8 * KiB), ENXIO);
+  ck_assert_uint_eq (ST (c, backend_errors), 1);
+  ASSERT_IDLE (c);
+  ck_assert_uint_eq (counts (c).pages, 0);
+  fake_set_errors (&f, 0, 0, 0);
+  RD_OK (c, s, &f, 40 * KiB, 8 * KiB);
+  rc_stream_free (s);
+
+  /* By count. */
+  s = rc_stream_new ();
+  f.fail_next = 1;
+  f.fail_errno = EROFS;
+  ck_assert_int_eq (rd (c, s, &f, 100 * KiB, 100), EROFS);
+  RD_OK (c, s, &f, 100 * KiB, 100);
+  rc_stream_free (s);
+
+  /* A backend that fails without an errno: EIO. */
+  s = rc_stream_new ();
+  f.fail_next = 1;
+  f.fail_errno = 0;
+  ck_assert_int_eq (rd (c, s, &f, 200 * KiB, 100), EIO);
+  RD_OK (c, s, &f, 200 * KiB, 100);
+  rc_stream_free (s);
+  ASSERT_IDLE (c);
+  ck_assert_uint_eq (counts (c).inflight, 0);
+  free_cache (c, &f);
+
+  /* A sync part of several backend reads (io_max 2 pages; pages 20..27,
+   * branch G): the third batch fails, read by a worker; the reader
+   * still gets its errno, and only that batch is missing afterwards.
+   */
+  c = mk_cache (&f, OPTS (.io_max = 8 * KiB));
+  s = rc_stream_new ();
+  fake_set_errors (&f, 24 * P, 24 * P + 1, ENOSPC);
+  ck_assert_int_eq (rd (c, s, &f, 20 * P, 8 * P), ENOSPC);
+  ASSERT_IDLE (c);
+  ck_assert_uint_eq (counts (c).pages, 6);
+  ck_assert (!cached (c, 24) && !cached (c, 25));
+  fake_set_errors (&f, 0, 0, 0);
+  {
+    size_t from = fake_nlog (&f);
+    struct want w = { 24 * P, 2 * P, true };
+    RD_OK (c, s, &f, 20 * P, 8 * P);
+    ASSERT_IDLE (c);
+    expect_reqs (&f, &from, &w, 1, 0);
+  }
+
+  /* rc_fill returns the error too. */
+  fake_set_errors (&f, 1 * MiB + 5 * P, 1 * MiB + 5 * P + 1, EPERM);
+  {
+    int err = 0;
+    ck_assert_int_eq (rc_fill (c, CLIENT_CTX, 64 * KiB, 1 * MiB, &err), -1);
+    ck_assert_int_eq (err, EPERM);
+  }
+  fake_set_errors (&f, 0, 0, 0);
+  ASSERT_IDLE (c);
+  ck_assert_uint_eq (counts (c).inflight, 0);
+  rc_stream_free (s);
+  free_cache (c, &f);
+  fake_free (&f);
+}
+END_TEST
+
+/* A failed async read drops its pages; the reader never sees the
+ * error and the pages are read again on demand.
+ */
+START_TEST (test_async_error)
+{
+  const uint64_t P = 4096;
+  struct fake f;
+  struct rc_cache *c;
+  struct rc_stream *s;
+  size_t from, got, i;
+  struct req *r;
+  bool reread = false;
+  ra_pgoff p;
+
+  fake_init (&f, 4 * MiB);
+  c = mk_cache (&f, OPTS ());
+  s = rc_stream_new ();
+  fake_set_errors (&f, 4 * P, 8 * P, EIO);
+  RD_OK (c, s, &f, 0, 16 * KiB);
+  ASSERT_IDLE (c);
+  ck_assert_uint_eq (ST (c, backend_errors), 1);
+  for (p = 4; p < 8; p++)
+    ck_assert (!cached (c, p));
+  ck_assert_uint_eq (counts (c).pages, 4);
+  fake_set_errors (&f, 0, 0, 0);
+  from = fake_nlog (&f);
+  RD_OK (c, s, &f, 16 * KiB, 16 * KiB);
+  ASSERT_IDLE (c);
+  r = fake_reqs_since (&f, from, &got);
+  for (i = 0; i < got; i++)
+    if (r[i].offset == 4 * P && r[i].ctx == CLIENT_CTX)
+      reread = true;
+  free (r);
+  ck_assert_msg (reread, "the failed pages were not read again on demand");
+  ck_assert_uint_eq (counts (c).inflight, 0);
+  rc_stream_free (s);
+  free_cache (c, &f);
+  fake_free (&f);
+}
+END_TEST
+
+/* Every worker read fails: a sequential reader never gets an error. */
+START_TEST (test_async_error_persistent)
+{
+  struct fake f;
+  struct rc_cache *c;
+  struct rc_stream *s;
+  uint64_t off;
+
+  fake_init (&f, 4 * MiB);
+  f.fail_workers = true;
+  c = mk_cache (&f, OPTS ());
+  s = rc_stream_new ();
+  for (off = 0; off < 2 * MiB; off += 16 * KiB)
+    RD_OK (c, s, &f, off, 16 * KiB);
+  ck_assert_uint_gt (ST (c, backend_errors), 0);
+  ASSERT_IDLE (c);
+  ck_assert_uint_eq (counts (c).inflight, 0);
+  ck_assert_uint_eq (counts (c).pages, counts (c).uptodate);
+  rc_stream_free (s);
+  free_cache (c, &f);
+  fake_free (&f);
+}
+END_TEST
+
+/* ---- writes ----------------------------------------------------------- */
+
+/* Is buf entirely the old (a copy) or entirely the new export data? */
+static void
+check_old_or_new (struct fake *f, const uint8_t *buf, const uint8_t *old,
+                  uint64_t off, uint32_t len)
+{
+  bool is_old = memcmp (buf, old, len) == 0, is_new;
+
+  pthread_mutex_lock (&f->lock);
+  is_new = memcmp (buf, f->data + off, len) == 0;
+  pthread_mutex_unlock (&f->lock);
+  ck_assert_msg (is_old || is_new, "a read racing with a write returned "
+                 "neither the old nor the new data");
+}
+
+/* A client's own (sync) read is in flight when the write happens. */
+START_TEST (test_invalidate_inflight_sync)
+{
+  const uint64_t P = 4096;
+  struct fake f;
+  struct rc_cache *c;
+  struct rc_stream *s;
+  struct bg_read b;
+  uint8_t old[4096];
+
+  fake_init (&f, 4 * MiB);
+  c = mk_cache (&f, OPTS ());
+  s = rc_stream_new ();
+  memcpy (old, f.data + 10 * P, P);
+  fake_set_gate (&f, true, 10 * P, 11 * P);
+  bg_read_start (&b, c, s, &f, 10 * P, P);      /* branch G: page 10 */
+  ck_assert (fake_wait_blocked (&f, 1));        /* holding the old data */
+  fake_write (&f, 10 * P, P);
+  rc_invalidate (c, 10 * P, P);
+  fake_commit (&f, 10 * P, P);
+  fake_set_gate (&f, false, 0, 0);
+  bg_read_join (&b);
+  ck_assert_int_eq (b.r, 0);
+  check_old_or_new (&f, b.buf, old, 10 * P, P);
+  free (b.buf);
+  ck_assert_uint_ge (ST (c, invalidated_pages), 1);
+  ASSERT_IDLE (c);
+  /* The old data was not installed. */
+  RD_OK (c, s, &f, 10 * P, P);
+  RD_OK (c, s, &f, 10 * P + 1, P - 2);
+  rc_stream_free (s);
+  free_cache (c, &f);
+  fake_free (&f);
+}
+END_TEST
+
+/* A worker's (async) read is in flight when the write happens. */
+START_TEST (test_invalidate_inflight_async)
+{
+  const uint64_t P = 4096;
+  struct fake f;
+  struct rc_cache *c;
+  struct rc_stream *s;
+  ra_pgoff p;
+
+  fake_init (&f, 4 * MiB);
+  c = mk_cache (&f, OPTS ());
+  s = rc_stream_new ();
+  fake_set_gate (&f, true, 4 * P, 8 * P);
+  RD_OK (c, s, &f, 0, 16 * KiB);                /* async part: 4..7 */
+  ck_assert (fake_wait_blocked (&f, 1));
+  fake_write (&f, 5 * P, 2 * P);
+  rc_invalidate (c, 5 * P + 10, 2 * P - 20);
+  fake_commit (&f, 5 * P, 2 * P);
+  fake_set_gate (&f, false, 0, 0);
+  ASSERT_IDLE (c);
+  ck_assert (!cached (c, 5) && !cached (c, 6));
+  ck_assert (cached (c, 4) && cached (c, 7));
+  for (p = 4; p < 8; p++)
+    RD_OK (c, s, &f, p * P, P);
+  RD_OK (c, s, &f, 0, 8 * P);
+  ASSERT_IDLE (c);
+  rc_stream_free (s);
+  free_cache (c, &f);
+  fake_free (&f);
+}
+END_TEST
+
+/* Cached pages: dropped by any overlap, partial or unaligned. */
+START_TEST (test_invalidate_cached)
+{
+  const uint64_t P = 4096;
+  struct fake f;
+  struct rc_cache *c;
+  struct rc_stream *s;
+  struct rc_pc_counts n;
+
+  fake_init (&f, 4 * MiB);
+  c = mk_cache (&f, OPTS (.ra_max = 0));
+  s = rc_stream_new ();
+  RD_OK (c, s, &f, 0, 16 * P);
+  n = counts (c);
+  ck_assert_uint_eq (n.pages, 16);
+
+  rc_invalidate (c, 3 * P, 0);                  /* nothing */
+  ck_assert_uint_eq (counts (c).pages, 16);
+
+  fake_write (&f, 2 * P + 512, 512);
+  rc_invalidate (c, 2 * P + 600, 1);            /* one byte of page 2 */
+  ck_assert (!cached (c, 2));
+  ck_assert_uint_eq (counts (c).pages, 15);
+  RD_OK (c, s, &f, 0, 16 * P);
+
+  fake_write (&f, 5 * P - 512, 1024);           /* straddles 4/5 */
+  rc_invalidate (c, 5 * P - 1, 2);
+  ck_assert (!cached (c, 4) && !cached (c, 5) && cached (c, 6));
+  RD_OK (c, s, &f, 4 * P - 100, 2 * P + 200);
+  RD_OK (c, s, &f, 0, 16 * P);
+  rc_stream_free (s);
+  free_cache (c, &f);
+  fake_free (&f);
+}
+END_TEST
+
+/* ---- eviction --------------------------------------------------------- */
+
+/* Pages read ahead and never used go first, and count as wasted. */
+START_TEST (test_evict_unused_first)
+{
+  const uint64_t P = 4096;
+  struct fake f;
+  struct rc_cache *c;
+  struct rc_stream *s;
+  struct rc_pc_counts n;
+  unsigned k;
+  ra_pgoff p;
+
+  fake_init (&f, 4 * MiB);
+  c = mk_cache (&f, OPTS (.cache = 16 * P, .ra_max = 8 * P, .io_max = 8 * P));
+  ck_assert_uint_eq (counts (c).capacity, 16);
+  s = rc_stream_new ();
+  RD_OK (c, s, &f, 0, 4 * P);           /* window [0, 8): 4..7 ahead */
+  ASSERT_IDLE (c);
+  n = counts (c);
+  ck_assert_uint_eq (n.pages, 8);
+  ck_assert_uint_eq (n.unused, 4);
+  rc_stream_free (s);
+
+  /* Random one-page reads (each a fresh stream: branch G). */
+  for (k = 0; k < 12; k++) {
+    s = rc_stream_new ();
+    RD_OK (c, s, &f, (100 + 3 * k) * P, P);
+    rc_stream_free (s);
+    n = counts (c);
+    ck_assert_uint_le (n.pages, 16);
+    if (k < 8)
+      ck_assert_uint_eq (ST (c, evictions), 0);
+    else {
+      /* Eviction k - 7 took an unused page. */
+      ck_assert_uint_eq (ST (c, evictions), k - 7);
+      ck_assert_uint_eq (ST (c, ahead_wasted), k - 7);
+    }
+  }
+  for (p = 4; p < 8; p++)
+    ck_assert_msg (!cached (c, p), "unused page %" PRIu64 " kept", p);
+  for (p = 0; p < 4; p++)
+    ck_assert_msg (cached (c, p), "used page %" PRIu64 " evicted", p);
+
+  /* Then used pages go, oldest first; nothing more is wasted. */
+  s = rc_stream_new ();
+  RD_OK (c, s, &f, 200 * P, P);
+  rc_stream_free (s);
+  ck_assert_uint_eq (ST (c, ahead_wasted), 4);
+  ck_assert (!cached (c, 0));
+  free_cache (c, &f);
+  fake_free (&f);
+}
+END_TEST
+
+/* A tiny cache under sequential and random load: within capacity,
+ * data right.
+ */
+START_TEST (test_evict_load)
+{
+  const uint64_t P = 4096;
+  struct fake f;
+  struct rc_cache *c;
+  struct rc_stream *s, *s2;
+  uint64_t seed = 7, off;
+  int i;
+
+  fake_init (&f, 4 * MiB);
+  c = mk_cache (&f, OPTS (.cache = 16 * P, .ra_max = 8 * P, .io_max = 8 * P));
+  s = rc_stream_new ();
+  s2 = rc_stream_new ();
+  for (off = 0; off < 2 * MiB; off += 16 * KiB) {
+    RD_OK (c, s, &f, off, 16 * KiB);
+    ck_assert_uint_le (counts (c).pages, 16);
+  }
+  ck_assert_uint_gt (ST (c, evictions), 0);
+  for (i = 0; i < 500; i++) {
+    uint64_t o = xorshift (&seed) % (4 * MiB - 64 * KiB);
+    uint32_t len = 1 + xorshift (&seed) % (40 * KiB);
+    RD_OK (c, i & 1 ? s : s2, &f, o, len);
+    ck_assert_uint_le (counts (c).pages, 16);
+  }
+  /* Interleaved sequential readers on the tiny cache. */
+  for (off = 0; off < 1 * MiB; off += 12 * KiB) {
+    RD_OK (c, s, &f, off, 12 * KiB);
+    RD_OK (c, s2, &f, 2 * MiB + off, 12 * KiB);
+    ck_assert_uint_le (counts (c).pages, 16);
+  }
+  ASSERT_IDLE (c);
+  ck_assert_uint_le (counts (c).pages, 16);
+  ck_assert_uint_gt (ST (c, ahead_wasted), 0);
+  rc_stream_free (s);
+  rc_stream_free (s2);
+  free_cache (c, &f);
+  fake_free (&f);
+}
+END_TEST
+
+/* ---- rc_fill (NBD_CMD_CACHE) ------------------------------------------ */
+
+START_TEST (test_fill)
+{
+  const uint64_t P = 4096;
+  const uint64_t size = 12 * MiB + 777;
+  struct fake f;
+  struct rc_cache *c;
+  struct rc_stream *s, *s2;
+  uint64_t fill_off = 4 * MiB + 100, fill_len = 5 * MiB, off, expect_off;
+  uint64_t reads, misses, windows[RA_NR_BRANCHES];
+  size_t from, got, i;
+  struct req *r;
+  int err = 0, b;
+
+  fake_init (&f, size);
+  c = mk_cache (&f, OPTS (.cache = 16 * MiB, .io_max = 4 * MiB));
+  s = rc_stream_new ();
+  RD_OK (c, s, &f, 0, 16 * KiB);                /* window A [0, 8) */
+  ASSERT_IDLE (c);
+  from = fake_nlog (&f);
+
+  ck_assert_int_eq (rc_fill (c, CLIENT_CTX, fill_len, fill_off, &err), 0);
+  /* Chunks of at most 2 MiB tiling the pages of the range. */
+  r = fake_reqs_since (&f, from, &got);
+  expect_off = fill_off / P * P;
+  for (i = 0; i < got; i++) {
+    ck_assert_uint_eq (r[i].offset, expect_off);
+    ck_assert_uint_le (r[i].count, RA_FORCED_CHUNK_BYTES);
+    expect_off += r[i].count;
+  }
+  free (r);
+  ck_assert_uint_eq (expect_off, (fill_off + fill_len + P - 1) / P * P);
+  ck_assert_uint_eq (got, 3);
+  ck_assert_uint_eq (ST (c, windows[RA_FORCED]), 3);
+  from += got;
+  ASSERT_IDLE (c);
+
+  /* The stream was not touched: its marker (page 4) continues in B. */
+  RD_OK (c, s, &f, 16 * KiB, 16 * KiB);
+  ck_assert_uint_eq (ST (c, windows[RA_B_SEQUENTIAL]), 1);
+  ASSERT_IDLE (c);
+
+  /* Reading the filled range: all hits, no marker, no window. */
+  reads = ST (c, backend_reads);
+  misses = ST (c, page_misses);
+  for (b = 0; b < RA_NR_BRANCHES; b++)
+    windows[b] = ST (c, windows[b]);
+  s2 = rc_stream_new ();
+  for (off = fill_off; off < fill_off + fill_len; off += 64 * KiB) {
+    uint64_t len = fill_off + fill_len - off;
+    RD_OK (c, s2, &f, off, len < 64 * KiB ? len : 64 * KiB);
+  }
+  ck_assert_uint_eq (ST (c, backend_reads), reads);
+  ck_assert_uint_eq (ST (c, page_misses), misses);
+  for (b = 0; b < RA_NR_BRANCHES; b++)
+    ck_assert_msg (ST (c, windows[b]) == windows[b],
+                   "reading filled pages submitted a window (branch %s)",
+                   ra_branch_name (b));
+
+  /* Past the end of the export: clamped; a filled range: no reads. */
+  ck_assert_int_eq (rc_fill (c, CLIENT_CTX, 1 * MiB, size - 1000, &err), 0);
+  ck_assert_uint_eq (f.bad, 0);
+  RD_OK (c, s2, &f, size - 1000, 1000);
+  reads = ST (c, backend_reads);
+  ck_assert_int_eq (rc_fill (c, CLIENT_CTX, 1 * MiB, fill_off, &err), 0);
+  ck_assert_int_eq (rc_fill (c, CLIENT_CTX, 0, 0, &err), 0);
+  ck_assert_uint_eq (ST (c, backend_reads), reads);
+  ASSERT_IDLE (c);
+  rc_stream_free (s);
+  rc_stream_free (s2);
+  free_cache (c, &f);
+  fake_free (&f);
+}
+END_TEST
+
+/* A fill of many backend reads (io_max 4 pages) fills all of it. */
+START_TEST (test_fill_small_io)
+{
+  const uint64_t P = 4096;
+  struct fake f;
+  struct rc_cache *c;
+  struct rc_stream *s;
+  uint64_t reads;
+  int err = 0;
+
+  fake_init (&f, 8 * MiB);
+  c = mk_cache (&f, OPTS (.cache = 8 * MiB, .io_max = 4 * P));
+  ck_assert_int_eq (rc_fill (c, CLIENT_CTX, 3 * MiB, 0, &err), 0);
+  ASSERT_IDLE (c);
+  ck_assert_msg (counts (c).pages == 3 * MiB / P,
+                 "rc_fill of %u pages cached %" PRIu64,
+                 (unsigned) (3 * MiB / P), counts (c).pages);
+  reads = ST (c, backend_reads);
+  s = rc_stream_new ();
+  RD_OK (c, s, &f, 0, 3 * MiB);
+  ck_assert_uint_eq (ST (c, backend_reads), reads);
+  rc_stream_free (s);
+  free_cache (c, &f);
+  fake_free (&f);
+}
+END_TEST
+
+/* ---- concurrency stress ----------------------------------------------- */
+
+struct stress {
+  struct rc_cache *c;
+  struct fake *f;
+  uint64_t deadline;
+  atomic_bool stop;
+  atomic_uint failed;
+  pthread_mutex_t msg_lock;
+  char msg[512];
+  _Atomic uint64_t reads, writes, fills, bytes;
+};
+
+struct sthread {
+  pthread_t t;
+  struct stress *st;
+  struct rc_stream *s;
+  uint64_t seed;
+};
+
+static void
+stress_fail (struct stress *st, const char *fmt, ...)
+  __attribute__ ((format (printf, 2, 3)));
+
+static void
+stress_fail (struct stress *st, const char *fmt, ...)
+{
+  va_list ap;
+
+  pthread_mutex_lock (&st->msg_lock);
+  if (atomic_fetch_add (&st->failed, 1) == 0) {
+    va_start (ap, fmt);
+    vsnprintf (st->msg, sizeof st->msg, fmt, ap);
+    va_end (ap);
+  }
+  pthread_mutex_unlock (&st->msg_lock);
+}
+
+#define STRESS_MAX_READ (96 * KiB)
+#define STRESS_HOT (512 * KiB)
+
+/* Read and check that every block holds a version at least the one
+ * committed before the read started and at most the newest written.
+ */
+static void
+stress_read (struct stress *st, struct rc_stream *s, uint64_t off,
+             uint32_t len, uint8_t *buf, uint32_t *lo)
+{
+  struct fake *f = st->f;
+  uint64_t b0 = off / VBLOCK, b1 = (off + len + VBLOCK - 1) / VBLOCK, b;
+  int err = 0;
+
+  if (len == 0)
+    return;
+  for (b = b0; b < b1; b++)
+    lo[b - b0] = atomic_load (&f->committed[b]);
+  if (rc_read (st->c, s, CLIENT_CTX, buf, len, off, &err) == -1) {
+    stress_fail (st, "read of %u at %" PRIu64 " failed: %s", len, off,
+                 strerror (err));
+    return;
+  }
+  for (b = b0; b < b1; b++) {
+    uint64_t from = b * VBLOCK > off ? b * VBLOCK : off;
+    uint64_t to = (b + 1) * VBLOCK < off + len ? (b + 1) * VBLOCK : off + len;
+    uint32_t hi = atomic_load (&f->ver[b]), v = hi + 1;
+    bool match = false;
+
+    while (!match && v-- > lo[b - b0]) {
+      uint64_t o;
+
+      match = true;
+      for (o = from; o < to; o++)
+        if (buf[o - off] != pat (o, v)) {
+          match = false;
+          break;
+        }
+    }
+    if (!match) {
+      uint32_t w;
+      long found = -1;
+
+      for (w = 0; w <= hi && found < 0; w++) {
+        uint64_t o;
+        for (o = from; o < to && buf[o - off] == pat (o, w); o++)
+          ;
+        if (o == to)
+          found = w;
+      }
+      stress_fail (st, "read of %u at %" PRIu64 ": block %" PRIu64
+                   " holds version %ld, want %u..%u", len, off, b, found,
+                   lo[b - b0], hi);
+      return;
+    }
+  }
+  atomic_fetch_add (&st->reads, 1);
+  atomic_fetch_add (&st->bytes, len);
+}
+
+static void *
+stress_main (void *arg)
+{
+  struct sthread *t = arg;
+  struct stress *st = t->st;
+  struct fake *f = st->f;
+  uint8_t *buf = malloc (STRESS_MAX_READ);
+  uint32_t *lo = malloc ((STRESS_MAX_READ / VBLOCK + 2) * sizeof *lo);
+  uint64_t size = f->size;
+
+  if (!buf || !lo)
+    abort ();
+  while (!atomic_load (&st->stop) && atomic_load (&st->failed) == 0) {
+    unsigned op = xorshift (&t->seed) % 100;
+    /* Half of everything happens in a small hot region, so that writes
+     * often race with reads of the same blocks in flight.
+     */
+    uint64_t span = xorshift (&t->seed) & 1 ? STRESS_HOT : size;
+
+    if (now_ns () > st->deadline)
+      break;
+    if (op < 12) {
+      /* A write of 1..16 blocks. */
+      uint64_t nb = 1 + xorshift (&t->seed) % 16;
+      uint64_t off = xorshift (&t->seed) % (span / VBLOCK - nb) * VBLOCK;
+
+      fake_write (f, off, nb * VBLOCK);
+      rc_invalidate (st->c, off, nb * VBLOCK);
+      fake_commit (f, off, nb * VBLOCK);
+      atomic_fetch_add (&st->writes, 1);
+    }
+    else if (op < 15) {
+      uint64_t off = xorshift (&t->seed) % span;
+      uint32_t len = 1 + xorshift (&t->seed) % (256 * KiB);
+      int err = 0;
+
+      if (len > size - off)
+        len = size - off;
+      if (rc_fill (st->c, CLIENT_CTX, len, off, &err) == -1)
+        stress_fail (st, "rc_fill failed: %s", strerror (err));
+      atomic_fetch_add (&st->fills, 1);
+    }
+    else if (op < 50) {
+      uint64_t off = xorshift (&t->seed) % span;
+      uint32_t len = 1 + xorshift (&t->seed) % (32 * KiB);
+
+      if (len > size - off)
+        len = size - off;
+      stress_read (st, t->s, off, len, buf, lo);
+    }
+    else {
+      /* A sequential run. */
+      static const uint32_t sizes[] = { 4 * KiB, 16 * KiB, 64 * KiB };
+      uint64_t off = xorshift (&t->seed) % span;
+      unsigned n = 1 + xorshift (&t->seed) % 48, i;
+      uint32_t len = xorshift (&t->seed) & 1
+        ? sizes[xorshift (&t->seed) % 3]
+        : 1 + xorshift (&t->seed) % STRESS_MAX_READ;
+
+      if (xorshift (&t->seed) & 1)
+        off &= ~(uint64_t) (16 * KiB - 1);
+      for (i = 0; i < n && off < size; i++) {
+        uint32_t l = size - off < len ? size - off : len;
+        stress_read (st, t->s, off, l, buf, lo);
+        off += l;
+        if (atomic_load (&st->failed))
+          break;
+      }
+    }
+  }
+  free (buf);
+  free (lo);
+  return NULL;
+}
+
+static double
+stress_secs (void)
+{
+  const char *e = getenv ("RC_STRESS_SECS");
+  double d = e ? atof (e) : 1.5;
+
+  return d > 0 ? d : 1.5;
+}
+
+static void
+stress (struct opts o, uint64_t size, long delay_ns, unsigned nthreads,
+        unsigned nshared)
+{
+  struct fake f;
+  struct stress st;
+  struct sthread t[16];
+  struct rc_stream *shared = rc_stream_new ();
+  struct rc_pc_counts n;
+  unsigned i;
+
+  ck_assert (nthreads <= 16);
+  fake_init (&f, size);
+  f.log_on = false;
+  f.delay_ns = delay_ns;
+  memset (&st, 0, sizeof st);
+  pthread_mutex_init (&st.msg_lock, NULL);
+  st.c = mk_cache (&f, o);
+  st.f = &f;
+  st.deadline = now_ns () + (uint64_t) (stress_secs () * 1e9);
+  for (i = 0; i < nthreads; i++) {
+    t[i].st = &st;
+    t[i].s = i < nshared ? shared : rc_stream_new ();
+    t[i].seed = 0x9E3779B97F4A7C15u * (i + 1);
+    ck_assert_int_eq (pthread_create (&t[i].t, NULL, stress_main, &t[i]), 0);
+  }
+  while (now_ns () < st.deadline && atomic_load (&st.failed) == 0) {
+    n = counts (st.c);
+    ck_assert_uint_le (n.pages, n.capacity);
+    sleep_ns (5000000);
+  }
+  atomic_store (&st.stop, true);
+  for (i = 0; i < nthreads; i++)
+    pthread_join (t[i].t, NULL);
+  ck_assert_msg (atomic_load (&st.failed) == 0, "%s", st.msg);
+  ck_assert_msg (idle (st.c), "stress: cache never became idle");
+  n = counts (st.c);
+  ck_assert_uint_eq (n.inflight, 0);
+  ck_assert_uint_le (n.pages, n.capacity);
+  ck_assert_uint_eq (n.pages, n.uptodate);
+  ck_assert_uint_gt (atomic_load (&st.reads), 0);
+  ck_assert_uint_eq (ST (st.c, backend_errors), 0);
+  fprintf (stderr, "stress: %" PRIu64 " reads (%" PRIu64 " MiB), %" PRIu64
+           " writes, %" PRIu64 " fills; backend %" PRIu64 " reads, max %u "
+           "concurrent; %" PRIu64 " evictions, %" PRIu64 " skipped, %"
+           PRIu64 " delayed, %" PRIu64 " promoted, %" PRIu64 " direct\n",
+           atomic_load (&st.reads), atomic_load (&st.bytes) >> 20,
+           atomic_load (&st.writes), atomic_load (&st.fills),
+           ST (st.c, backend_reads), f.max_cur, ST (st.c, evictions),
+           ST (st.c, async_skipped), ST (st.c, async_delayed),
+           ST (st.c, async_promoted), ST (st.c, direct_reads));
+  for (i = nshared; i < nthreads; i++)
+    rc_stream_free (t[i].s);
+  rc_stream_free (shared);
+  free_cache (st.c, &f);
+  pthread_mutex_destroy (&st.msg_lock);
+  fake_free (&f);
+}
+
+START_TEST (test_stress_skip)
+{
+  /* 12 threads (4 sharing a stream), 4 KiB pages, a 1 MiB cache. */
+  stress (OPTS (.cache = 1 * MiB, .ra_max = 256 * KiB, .io_max = 64 * KiB,
+                .bg = 8, .thresh = 3),
+          8 * MiB, 50000, 12, 4);
+}
+END_TEST
+
+START_TEST (test_stress_wait)
+{
+  /* 8 threads (3 sharing a stream), 512 B pages, a 256 KiB cache. */
+  stress (OPTS (.page = 512, .cache = 256 * KiB, .ra_max = 64 * KiB,
+                .io_max = 8 * KiB, .bg = 4, .thresh = 2,
+                .policy = RC_CONGESTION_WAIT),
+          4 * MiB, 20000, 8, 3);
+}
+END_TEST
+
+/* ---- the suite -------------------------------------------------------- */
+
+static Suite *
+cache_suite (void)
+{
+  Suite *s = suite_create ("cache");
+  TCase *tc;
+
+  tc = tcase_create ("read");
+  tcase_add_test (tc, test_data_512);
+  tcase_add_test (tc, test_data_4k);
+  tcase_add_test (tc, test_data_64k);
+  tcase_add_test (tc, test_zero_length);
+  tcase_add_test (tc, test_many_batches);
+  tcase_set_timeout (tc, 120);
+  suite_add_tcase (s, tc);
+
+  tc = tcase_create ("windows");
+  tcase_add_test (tc, test_worked_example);
+  tcase_add_test (tc, test_worked_example_small_io);
+  tcase_add_test (tc, test_random_exact);
+  tcase_add_test (tc, test_ra_off);
+  tcase_set_timeout (tc, 120);
+  suite_add_tcase (s, tc);
+
+  tc = tcase_create ("congestion");
+  tcase_add_test (tc, test_congestion_skip);
+  tcase_add_test (tc, test_congestion_slow);
+  tcase_add_test (tc, test_congestion_wait);
+  tcase_set_timeout (tc, 120);
+  suite_add_tcase (s, tc);
+
+  tc = tcase_create ("errors");
+  tcase_add_test (tc, test_sync_error);
+  tcase_add_test (tc, test_async_error);
+  tcase_add_test (tc, test_async_error_persistent);
+  tcase_set_timeout (tc, 120);
+  suite_add_tcase (s, tc);
+
+  tc = tcase_create ("writes");
+  tcase_add_test (tc, test_invalidate_inflight_sync);
+  tcase_add_test (tc, test_invalidate_inflight_async);
+  tcase_add_test (tc, test_invalidate_cached);
+  tcase_set_timeout (tc, 120);
+  suite_add_tcase (s, tc);
+
+  tc = tcase_create ("eviction");
+  tcase_add_test (tc, test_evict_unused_first);
+  tcase_add_test (tc, test_evict_load);
+  tcase_set_timeout (tc, 120);
+  suite_add_tcase (s, tc);
+
+  tc = tcase_create ("fill");
+  tcase_add_test (tc, test_fill);
+  tcase_add_test (tc, test_fill_small_io);
+  tcase_set_timeout (tc, 120);
+  suite_add_tcase (s, tc);
+
+  tc = tcase_create ("stress");
+  tcase_add_test (tc, test_stress_skip);
+  tcase_add_test (tc, test_stress_wait);
+  tcase_set_timeout (tc, 300);
+  suite_add_tcase (s, tc);
+
+  return s;
+}
+
+int
+main (void)
+{
+  SRunner *sr = srunner_create (cache_suite ());
+  int failed;
+
+  srunner_run_all (sr, CK_NORMAL);
+  failed = srunner_ntests_failed (sr);
+  srunner_free (sr);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
