@@ -152,29 +152,52 @@ rc_stream_free (struct rc_stream *s)
   free (s);
 }
 
-/* The batches one submitted window produced. */
-#define MAX_BATCHES 64
+/* The batches one submitted window produced: a list that starts on the
+ * stack and grows on the heap for windows of many backend reads (a large
+ * ra-max over a small ra-io-max).
+ */
+#define INLINE_BATCHES 64
+struct batch { ra_pgoff start, count; bool async; };
 struct batches {
   struct rc_cache *c;
-  unsigned n;
-  bool overflow;
-  /* One more than MAX_BATCHES: the run being built when the list fills
-   * up is still flushed.
-   */
-  struct { ra_pgoff start, count; bool async; } b[MAX_BATCHES + 1];
+  bool forced;                  /* NBD_CMD_CACHE */
+  unsigned n, cap;
+  bool overflow;                /* could not grow: stop inserting */
+  struct batch *b;
+  struct batch inline_b[INLINE_BATCHES];
 };
+
+static void
+batches_init (struct batches *bs, struct rc_cache *c, bool forced)
+{
+  bs->c = c;
+  bs->forced = forced;
+  bs->n = 0;
+  bs->cap = INLINE_BATCHES;
+  bs->overflow = false;
+  bs->b = bs->inline_b;
+}
+
+static void
+batches_free (struct batches *bs)
+{
+  if (bs->b != bs->inline_b)
+    free (bs->b);
+}
 
 static bool
 submit_insert (void *opaque, ra_pgoff index, bool marker, bool async)
 {
   struct batches *bs = opaque;
 
-  /* Stop inserting once the batch list is full: the rest of the window
-   * stays absent and is read on demand.
+  /* Once the list cannot grow, the rest of the window stays absent and
+   * is read on demand.  One slot is always kept for the run being built.
    */
   if (bs->overflow)
     return false;
-  return rc_pc_insert (bs->c->pc, index, marker);
+  return rc_pc_insert (bs->c->pc, index, marker,
+                       bs->forced ? RC_INSERT_FORCED
+                       : async ? RC_INSERT_AHEAD : RC_INSERT_SYNC);
 }
 
 static void
@@ -185,8 +208,21 @@ submit_batch (void *opaque, ra_pgoff start, ra_pgoff count, bool async)
   bs->b[bs->n].start = start;
   bs->b[bs->n].count = count;
   bs->b[bs->n].async = async;
-  if (++bs->n >= MAX_BATCHES)
-    bs->overflow = true;
+  bs->n++;
+  /* Keep a free slot for the run that is being built. */
+  if (bs->n + 1 >= bs->cap) {
+    unsigned ncap = bs->cap * 2;
+    struct batch *nb = malloc (ncap * sizeof *nb);
+
+    if (nb) {
+      memcpy (nb, bs->b, bs->n * sizeof *nb);
+      batches_free (bs);
+      bs->b = nb;
+      bs->cap = ncap;
+    }
+    else
+      bs->overflow = true;
+  }
 }
 
 static const struct ra_submit_ops submit_ops = {
@@ -205,9 +241,6 @@ submit_window (struct rc_cache *c, struct ra_state *ra,
   struct ra_submit_result res;
   unsigned i, j;
 
-  bs->c = c;
-  bs->n = 0;
-  bs->overflow = false;
   if (w->size == 0)
     return;
   STAT_ADD (&c->stats, windows[w->branch], 1);
@@ -289,13 +322,17 @@ trigger (struct rc_cache *c, struct rc_stream *s, void *ctx,
 {
   struct batches bs;
   struct ra_window w;
+  int r;
 
+  batches_init (&bs, c, false);
   ACQUIRE_LOCK (&s->lock);
   ra_ondemand (&s->ra, &c->params, &rc_pc_query_ops, c->pc,
                index, marker, last - index, &w);
   submit_window (c, &s->ra, &w, last, &bs);
   RELEASE_LOCK (&s->lock);
-  return issue_batches (c, ctx, &bs, err);
+  r = issue_batches (c, ctx, &bs, err);
+  batches_free (&bs);
+  return r;
 }
 
 /* Before a client waits for a page in flight. */
@@ -354,7 +391,7 @@ rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
       if (++tries > MAX_TRIES_PER_PAGE) {
         /* The cache cannot hold the page for us: read around it. */
         STAT_ADD (&c->stats, direct_reads, 1);
-        if (rc_backend_read_bytes (c, ctx, dst, to - from, from, err) == -1)
+        if (rc_backend_read_direct (c, ctx, dst, to - from, from, err) == -1)
           return -1;
         i++;
         tries = 0;
@@ -393,18 +430,21 @@ rc_fill (struct rc_cache *c, void *ctx, uint32_t count, uint64_t offset,
     return 0;
   while (ra_forced (&c->params, index, last, &w)) {
     struct batches bs;
+    int r;
 
+    batches_init (&bs, c, true);
     submit_window (c, NULL, &w, last, &bs);
-    if (issue_batches (c, ctx, &bs, err) == -1)
-      return -1;
-    /* When the batch list filled up (a chunk of more than MAX_BATCHES
-     * backend reads: small io_max), the rest of the chunk was not
-     * inserted: go on from the end of the last batch.
+    r = issue_batches (c, ctx, &bs, err);
+    /* When the batch list could not grow (out of memory), the rest of
+     * the chunk was not inserted: go on from the end of the last batch.
      */
-    if (bs.overflow)
+    if (bs.overflow && bs.n > 0)
       index = bs.b[bs.n - 1].start + bs.b[bs.n - 1].count;
     else
       index = w.start + w.size;
+    batches_free (&bs);
+    if (r == -1)
+      return -1;
   }
   return 0;
 }

@@ -21,7 +21,8 @@ enum page_state { PAGE_INFLIGHT = 1, PAGE_UPTODATE = 2 };
 
 enum page_flags {
   PF_MARKER = 1,   /* the marker: first page of a window's async part */
-  PF_UNUSED = 2,   /* read ahead, no client has copied from it yet */
+  PF_UNUSED = 2,   /* inserted by a window, no client copied from it yet */
+  PF_AHEAD = 8,    /* inserted as part of a window's async part */
   PF_STALE = 4,    /* a write overlapped the read in flight */
 };
 
@@ -62,6 +63,7 @@ struct rc_pagecache {
   unsigned page_shift;
   unsigned nshards;
   ra_pgoff nr_pages;
+  uint64_t total_capacity;         /* pages, all shards */
   struct rc_stats *stats;
   struct shard *shards;
 };
@@ -159,6 +161,7 @@ rc_pc_new (uint64_t cache_size, uint32_t page_size, struct rc_stats *stats)
     pthread_cond_init (&s->ready, NULL);
   }
   pc->nr_pages = 0;
+  pc->total_capacity = total_pages;
   return pc;
 }
 
@@ -259,7 +262,8 @@ evict_one (struct rc_pagecache *pc, struct shard *s)
   if (unused &&
       (!used || 2 * (s->tick - unused->stamp) >= s->tick - used->stamp)) {
     victim = unused;
-    STAT_ADD (pc->stats, ahead_wasted, 1);
+    if (unused->flags & PF_AHEAD)
+      STAT_ADD (pc->stats, ahead_wasted, 1);
   }
   else
     victim = used;
@@ -271,7 +275,8 @@ evict_one (struct rc_pagecache *pc, struct shard *s)
 }
 
 bool
-rc_pc_insert (struct rc_pagecache *pc, ra_pgoff index, bool marker)
+rc_pc_insert (struct rc_pagecache *pc, ra_pgoff index, bool marker,
+              enum rc_insert_kind kind)
 {
   struct shard *s;
   struct page *p;
@@ -301,7 +306,9 @@ rc_pc_insert (struct rc_pagecache *pc, ra_pgoff index, bool marker)
   }
   p->index = index;
   p->state = PAGE_INFLIGHT;
-  p->flags = PF_UNUSED | (marker ? PF_MARKER : 0);
+  p->flags = (marker ? PF_MARKER : 0)
+    | (kind == RC_INSERT_FORCED ? 0 : PF_UNUSED)
+    | (kind == RC_INSERT_AHEAD ? PF_AHEAD : 0);
   p->lprev = p->lnext = NULL;
   p->hnext = s->buckets[bucket_of (s, index)];
   s->buckets[bucket_of (s, index)] = p;
@@ -433,6 +440,34 @@ rc_pc_invalidate (struct rc_pagecache *pc, uint64_t offset, uint64_t count)
     return;
   first = offset >> pc->page_shift;
   last = (offset + count - 1) >> pc->page_shift;
+  if (last >= pc->nr_pages && pc->nr_pages > 0)
+    last = pc->nr_pages - 1;
+  if (first > last)
+    return;
+  /* A range larger than the cache (a whole-disk trim): walking the
+   * cached pages is cheaper than looking up every page of the range.
+   */
+  if (last - first + 1 > pc->total_capacity) {
+    unsigned i;
+    size_t b;
+
+    for (i = 0; i < pc->nshards; i++) {
+      struct shard *s = &pc->shards[i];
+
+      ACQUIRE_LOCK (&s->lock);
+      for (b = 0; b <= s->bucket_mask; b++) {
+        struct page *p = s->buckets[b], *next;
+
+        for (; p; p = next) {
+          next = p->hnext;
+          if (p->index >= first && p->index <= last)
+            invalidate_one (pc, s, p->index, NULL);
+        }
+      }
+      RELEASE_LOCK (&s->lock);
+    }
+    return;
+  }
   for_each_page (pc, first, last - first + 1, invalidate_one, NULL);
 }
 
@@ -462,8 +497,9 @@ rc_pc_access (struct rc_pagecache *pc, ra_pgoff index,
     if (p->state == PAGE_UPTODATE) {
       memcpy (dst, p->data + off, len);
       if (p->flags & PF_UNUSED) {
-        p->flags &= ~PF_UNUSED;
-        STAT_ADD (pc->stats, ahead_used, 1);
+        if (p->flags & PF_AHEAD)
+          STAT_ADD (pc->stats, ahead_used, 1);
+        p->flags &= ~(PF_UNUSED | PF_AHEAD);
       }
       lru_unlink (p);
       p->stamp = ++s->tick;

@@ -144,6 +144,21 @@ read_pages (struct rc_cache *c, void *ctx, ra_pgoff start, ra_pgoff count,
   return r;
 }
 
+/* A read around the cache, straight into a client's buffer: counted in
+ * flight like any other backend read.
+ */
+int
+rc_backend_read_direct (struct rc_cache *c, void *ctx, void *buf,
+                        uint32_t count, uint64_t offset, int *err)
+{
+  int r;
+
+  inflight_add (c);
+  r = rc_backend_read_bytes (c, ctx, buf, count, offset, err);
+  inflight_done (c);
+  return r;
+}
+
 int
 rc_backend_read_pages (struct rc_cache *c, void *ctx, ra_pgoff start,
                        ra_pgoff count, int *err)

@@ -43,13 +43,19 @@ void rc_pc_set_nr_pages (struct rc_pagecache *pc, ra_pgoff nr_pages);
 /* The engine's query interface (struct ra_cache_ops), opaque = pc. */
 extern const struct ra_cache_ops rc_pc_query_ops;
 
+/* How a page came to be inserted, for eviction and the ahead counters. */
+enum rc_insert_kind {
+  RC_INSERT_SYNC,    /* sync part of a window: evicted first until used */
+  RC_INSERT_AHEAD,   /* async part: read ahead; counted used or wasted */
+  RC_INSERT_FORCED,  /* NBD_CMD_CACHE: the client said it will need it */
+};
+
 /* Insert page index in flight if it is absent.  marker: the page gets
- * the marker.  ahead: the page is read ahead (no client asked for it
- * yet); every page a window inserts is, until a client copies from it.
- * Returns false if the page was present, or the shard is full of pages
- * in flight, or memory ran out.
+ * the marker.  Returns false if the page was present, or the shard is
+ * full of pages in flight, or memory ran out.
  */
-bool rc_pc_insert (struct rc_pagecache *pc, ra_pgoff index, bool marker);
+bool rc_pc_insert (struct rc_pagecache *pc, ra_pgoff index, bool marker,
+                   enum rc_insert_kind kind);
 
 /* A backend read of pages [start, start + count) finished.  On success
  * buf holds len bytes (the tail of a partial last page is zero-filled).
