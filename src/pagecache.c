@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "racache/pagecache.h"
 #include "racache/util.h"
@@ -36,6 +37,14 @@ struct page {
   char *data;
 };
 
+#define SLAB_BYTES (UINT64_C (1) << 20)
+
+struct slab {
+  struct slab *next;
+  void *base;
+  size_t len;
+};
+
 struct lru {
   struct page head;                /* circular list sentinel */
 };
@@ -56,6 +65,15 @@ struct shard {
    * kernel.  count + free pages never exceed capacity.
    */
   struct page *free_pages;
+  /* Page data is carved from slabs mapped with MAP_POPULATE: one
+   * mapping fills a slab's memory at once, where a malloc'd page would
+   * take a page fault (and zeroing) on first use, on the read path.
+   * Slabs together never exceed the shard's capacity.
+   */
+  struct slab *slabs;
+  char *slab_next;
+  size_t slab_left;                /* bytes left in the newest slab */
+  size_t slab_bytes;               /* bytes mapped so far */
 } __attribute__ ((aligned (64)));
 
 struct rc_pagecache {
@@ -180,7 +198,6 @@ rc_pc_free (struct rc_pagecache *pc)
       struct page *p = s->buckets[b];
       while (p) {
         struct page *n = p->hnext;
-        free (p->data);
         free (p);
         p = n;
       }
@@ -188,9 +205,14 @@ rc_pc_free (struct rc_pagecache *pc)
     free (s->buckets);
     while (s->free_pages) {
       struct page *n = s->free_pages->hnext;
-      free (s->free_pages->data);
       free (s->free_pages);
       s->free_pages = n;
+    }
+    while (s->slabs) {
+      struct slab *n = s->slabs->next;
+      munmap (s->slabs->base, s->slabs->len);
+      free (s->slabs);
+      s->slabs = n;
     }
     pthread_mutex_destroy (&s->lock);
     pthread_cond_destroy (&s->ready);
@@ -274,6 +296,45 @@ evict_one (struct rc_pagecache *pc, struct shard *s)
   return true;
 }
 
+/* Carve one page of data for a new page.  Called with s->lock held. */
+static char *
+slab_alloc (struct rc_pagecache *pc, struct shard *s)
+{
+  char *data;
+
+  if (s->slab_left < pc->page_size) {
+    size_t cap = s->capacity * (size_t) pc->page_size;
+    size_t len = cap - s->slab_bytes;
+    struct slab *sl;
+    void *base;
+
+    if (len > SLAB_BYTES)
+      len = SLAB_BYTES;
+    if (len < pc->page_size)
+      return NULL;              /* cannot happen: count < capacity */
+    sl = malloc (sizeof *sl);
+    if (!sl)
+      return NULL;
+    base = mmap (NULL, len, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (base == MAP_FAILED) {
+      free (sl);
+      return NULL;
+    }
+    sl->base = base;
+    sl->len = len;
+    sl->next = s->slabs;
+    s->slabs = sl;
+    s->slab_next = base;
+    s->slab_left = len;
+    s->slab_bytes += len;
+  }
+  data = s->slab_next;
+  s->slab_next += pc->page_size;
+  s->slab_left -= pc->page_size;
+  return data;
+}
+
 bool
 rc_pc_insert (struct rc_pagecache *pc, ra_pgoff index, bool marker,
               enum rc_insert_kind kind)
@@ -294,12 +355,14 @@ rc_pc_insert (struct rc_pagecache *pc, ra_pgoff index, bool marker,
   if ((p = s->free_pages) != NULL)
     s->free_pages = p->hnext;
   else {
-    p = malloc (sizeof *p);
-    if (!p)
+    data = slab_alloc (pc, s);
+    if (!data)
       goto out;
-    data = malloc (pc->page_size);
-    if (!data) {
-      free (p);
+    p = malloc (sizeof *p);
+    if (!p) {
+      /* Give the data back to the slab: it was the last carved. */
+      s->slab_next -= pc->page_size;
+      s->slab_left += pc->page_size;
       goto out;
     }
     p->data = data;
