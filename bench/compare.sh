@@ -31,11 +31,10 @@
 # Workloads (rows): qemu-img bench sequential reads of 4 KiB, 64 KiB and
 # 1 MiB at depth 1 and of 64 KiB at depth 8 (COUNT_* requests each); fio
 # (ioengine=nbd) random 4 KiB reads at depth 1 for DURATION seconds; and
-# bench/interleave.py: 4 sequential streams of 16 KiB reads round-robin on
-# one connection for DURATION seconds; fio sequential 64 KiB reads; and
-# ra-bench (RA_BENCH) for DURATION seconds: 4 sequential streams on 4
-# connections, strided (read 64 KiB, skip 64 KiB) and backward sequential
-# 64 KiB reads.  Then the ratios of the ra-cache column to the others (of
+# fio sequential 64 KiB reads; and ra-bench (RA_BENCH) for DURATION
+# seconds: 4 sequential streams of 16 KiB reads interleaved round-robin on
+# one connection, 4 sequential streams on 4 connections, strided (read
+# 64 KiB, skip 64 KiB) and backward sequential 64 KiB reads.  Then the ratios of the ra-cache column to the others (of
 # MB/s).
 #
 # Environment (defaults in brackets):
@@ -103,8 +102,7 @@ for c in "$NBDKIT" qemu-img fio nbdinfo timeout awk; do
 done
 fio --enghelp=nbd >/dev/null 2>&1 ||
   bench_die "this fio has no nbd engine (ioengine=nbd)"
-"$PYTHON" -c 'import nbd' 2>/dev/null ||
-  bench_die "$PYTHON cannot import nbd: apt-get install python3-libnbd (or set PYTHON)"
+[ -x "$RA_BENCH" ] || bench_die "$RA_BENCH is not built (make in build/)"
 for f in stats delay readahead cache; do
   "$NBDKIT" --filter="$f" null --dump-plugin >/dev/null 2>&1 ||
     bench_die "nbdkit cannot load its $f filter"
@@ -183,12 +181,6 @@ if j["jobs"][0]["error"]:
 print(r["io_bytes"], r["runtime"] / 1000.0)' "$out"
 }
 
-# interleave URI: "BYTES SECONDS".
-interleave ()
-{
-  PATH=$BENCH_PATH timeout "$CLIENT_TIMEOUT" \
-    "$PYTHON" "$here/interleave.py" "$1" 4 16384 "$DURATION" 0
-}
 
 # fio_seq URI: "BYTES SECONDS" of DURATION seconds of sequential 64 KiB
 # reads.
@@ -229,7 +221,7 @@ run_workload ()
     seq1m)         qemu_seq "$uri" 1048576 "$COUNT_1M" 1 ;;
     seq64k-d8)     qemu_seq "$uri" 65536 "$COUNT_64K_D8" 8 ;;
     rand4k)        fio_rand "$uri" ;;
-    interleave16k) interleave "$uri" ;;
+    interleave16k) ra_bench "$uri" -p interleaved --streams 4 -s 16K ;;
     fioseq64k)     fio_seq "$uri" ;;
     multiconn64k)  ra_bench "$uri" -p multiconn --streams 4 -s 64K ;;
     strided64k)    ra_bench "$uri" -p strided --stride-read 1 --stride-skip 1 -s 64K ;;
