@@ -8,7 +8,11 @@
 #       the front reads with the nbd plugin; with PLUGIN the front serves
 #       that plugin directly (e.g. ./run.sh demo curl url=https://...).
 #   ./run.sh check
-#       make check (the whole test suite), then make distcheck.
+#       make check (the whole test suite), then make distcheck, then
+#       make check again in build-asan/, a tree configured with
+#       --enable-sanitizers=address,undefined (nbdkit gets the ASan
+#       runtime preloaded: tests/nbdkit-sanitizer-wrapper.sh); any
+#       sanitizer report fails the run.
 #
 # Both first do every set-up step that is still needed: install the
 # missing Debian packages (as root; otherwise they name what to install),
@@ -18,15 +22,18 @@
 # Environment: RDELAY (demo backend delay, default 1ms), DEMO_SIZE (demo
 # backend size, default 1G), CONFIGURE_FLAGS (extra ../configure flags),
 # JOBS (parallel make jobs, default nproc), BENCH_KEEP_TMP=1 (keep the
-# demo's servers' logs).
+# demo's servers' logs), CHECK_SANITIZERS (the -fsanitize list of the
+# second check tree, default address,undefined; "no" leaves it out).
 
 set -euo pipefail
 
 srcdir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 builddir=$srcdir/build
 filter=$builddir/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so
+sanbuilddir=$srcdir/build-asan
 : "${JOBS:=$(nproc 2>/dev/null || echo 2)}"
 : "${CONFIGURE_FLAGS:=}"
+: "${CHECK_SANITIZERS:=address,undefined}"
 
 # The Debian 12 packages everything here needs: building (toolchain,
 # nbdkit, libnbd, libev, libconfig, Check, pod2man), the test suite
@@ -143,7 +150,77 @@ do_check ()
     show_failures "$builddir"
     die "make distcheck failed"
   fi
-  say "make check and make distcheck passed"
+  if [ "$CHECK_SANITIZERS" != no ]; then
+    sanitizer_check
+    say "make check, make distcheck and make check with -fsanitize=$CHECK_SANITIZERS passed"
+  else
+    say "make check and make distcheck passed (CHECK_SANITIZERS=no: no sanitizer tree)"
+  fi
+}
+
+# Tests to leave out of the sanitizer run (none now: every test starts
+# nbdkit as "$NBDKIT", which the sanitizer build points at its wrapper).
+sanitizer_skip_tests=""
+
+# make check in build-asan/ (-fsanitize=$CHECK_SANITIZERS): the unit
+# tests are instrumented programs (LeakSanitizer on); the integration
+# tests load the instrumented filter into nbdkit through the wrapper,
+# which writes every report to build-asan/tests/sanitizer-logs/.
+sanitizer_check ()
+{
+  local all t s tests=() skipped=()
+  mkdir -p "$sanbuilddir"
+  if [ ! -f "$sanbuilddir/Makefile" ] ||
+     [ ! -f "$sanbuilddir/config.status" ] ||
+     [ "$sanbuilddir/config.status" -ot "$srcdir/configure" ] ||
+     ! grep -q -- "--enable-sanitizers=$CHECK_SANITIZERS" \
+       "$sanbuilddir/config.status"; then
+    say "configuring in build-asan/ with --enable-sanitizers=$CHECK_SANITIZERS"
+    # shellcheck disable=SC2086 # CONFIGURE_FLAGS is a list of words
+    (cd "$sanbuilddir" &&
+       ../configure --enable-sanitizers="$CHECK_SANITIZERS" $CONFIGURE_FLAGS)
+  fi
+  say "make -j$JOBS in build-asan/"
+  make -C "$sanbuilddir" -j"$JOBS" || die "the sanitizer build failed (see above)"
+  # shellcheck disable=SC2016 # $(TESTS) is for make
+  all=$(make -s -C "$sanbuilddir" --no-print-directory \
+          --eval='run-sh-print-tests: ; @echo $(TESTS)' run-sh-print-tests |
+          tail -n 1)
+  for t in $all; do
+    for s in $sanitizer_skip_tests; do
+      [ "$t" = "$s" ] && { skipped+=("$t"); continue 2; }
+    done
+    tests+=("$t")
+  done
+  [ ${#skipped[@]} -eq 0 ] ||
+    say "not in the sanitizer run (they start nbdkit by name, not \$NBDKIT): ${skipped[*]}"
+  rm -rf "$sanbuilddir/tests/sanitizer-logs"
+  say "make check in build-asan/ (-fsanitize=$CHECK_SANITIZERS)"
+  if ! make -C "$sanbuilddir" -j"$JOBS" check TESTS="${tests[*]}"; then
+    show_failures "$sanbuilddir"
+    show_sanitizer_reports "$sanbuilddir" || true
+    die "make check with -fsanitize=$CHECK_SANITIZERS failed"
+  fi
+  # A report from a server whose exit status no test looked at.
+  if show_sanitizer_reports "$sanbuilddir"; then
+    die "make check with -fsanitize=$CHECK_SANITIZERS passed, but a sanitizer reported errors (above)"
+  fi
+}
+
+# Print the sanitizer reports under DIR/tests/sanitizer-logs; true if
+# there were any (files with only warnings do not count).
+show_sanitizer_reports ()
+{
+  local f found=1
+  for f in "$1"/tests/sanitizer-logs/*; do
+    [ -f "$f" ] || continue
+    if grep -Eq 'ERROR: [A-Za-z]*Sanitizer|runtime error:|WARNING: ThreadSanitizer' "$f"; then
+      echo "======== $f ========"
+      cat "$f"
+      found=0
+    fi
+  done
+  return $found
 }
 
 # ---- demo --------------------------------------------------------------------

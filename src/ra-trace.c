@@ -58,18 +58,32 @@
 /* Reads end at most here (NBD offsets are signed 64 bit in nbdkit). */
 #define MAX_END ((uint64_t) INT64_MAX)
 
+#ifdef RA_TRACE_FUZZ
+/* fuzz/fuzz-trace.c includes this file without main: an error goes back
+ * to the fuzz target (which frees what the trace holds) instead of
+ * exiting, and its message goes to the stream the target chooses.
+ */
+static FILE *fuzz_err_stream (void);
+static void fuzz_error_exit (void) __attribute__ ((noreturn));
+#define ERR_STREAM (fuzz_err_stream ())
+#define ERROR_EXIT() fuzz_error_exit ()
+#else
+#define ERR_STREAM stderr
+#define ERROR_EXIT() exit (EXIT_FAILURE)
+#endif
+
 static void __attribute__ ((noreturn, format (printf, 1, 2)))
 die (const char *fmt, ...)
 {
   va_list ap;
 
   fflush (stdout);
-  fputs (PROG ": ", stderr);
+  fputs (PROG ": ", ERR_STREAM);
   va_start (ap, fmt);
-  vfprintf (stderr, fmt, ap);
+  vfprintf (ERR_STREAM, fmt, ap);
   va_end (ap);
-  fputc ('\n', stderr);
-  exit (EXIT_FAILURE);
+  fputc ('\n', ERR_STREAM);
+  ERROR_EXIT ();
 }
 
 static void *
@@ -96,6 +110,8 @@ struct trace {
   size_t nr, alloc;
   uint64_t max_end;            /* largest offset + length */
   uint64_t log_export_size;    /* largest size= of a log Connect line */
+  char *linebuf;               /* read_trace's getline buffer */
+  size_t linecap;
 };
 
 static void __attribute__ ((noreturn, format (printf, 3, 4)))
@@ -104,12 +120,12 @@ line_error (const struct trace *t, unsigned long line, const char *fmt, ...)
   va_list ap;
 
   fflush (stdout);
-  fprintf (stderr, PROG ": %s:%lu: ", t->name, line);
+  fprintf (ERR_STREAM, PROG ": %s:%lu: ", t->name, line);
   va_start (ap, fmt);
-  vfprintf (stderr, fmt, ap);
+  vfprintf (ERR_STREAM, fmt, ap);
   va_end (ap);
-  fputc ('\n', stderr);
-  exit (EXIT_FAILURE);
+  fputc ('\n', ERR_STREAM);
+  ERROR_EXIT ();
 }
 
 static bool
@@ -292,6 +308,9 @@ parse_log_line (struct trace *t, unsigned long line, const char *s)
         if (!parse_number (val, vlen, &size))
           line_error (t, line, "log Connect line: bad size '%.*s'",
                       (int) vlen, val);
+        if (size > MAX_END)     /* nbdkit's sizes are int64_t */
+          line_error (t, line, "log Connect line: size %" PRIu64
+                      " is larger than 2^63-1", size);
         if (size > t->log_export_size)
           t->log_export_size = size;
       }
@@ -369,20 +388,20 @@ parse_line (struct trace *t, unsigned long line, char *s)
 static void
 read_trace (struct trace *t, FILE *fp)
 {
-  char *buf = NULL;
-  size_t cap = 0;
   ssize_t n;
   unsigned long line = 0;
 
-  while (errno = 0, (n = getline (&buf, &cap, fp)) != -1) {
+  while (errno = 0, (n = getline (&t->linebuf, &t->linecap, fp)) != -1) {
     line++;
-    if (memchr (buf, '\0', (size_t) n))
+    if (memchr (t->linebuf, '\0', (size_t) n))
       line_error (t, line, "a NUL byte: this is not a text trace");
-    parse_line (t, line, buf);
+    parse_line (t, line, t->linebuf);
   }
   if (ferror (fp))
     die ("%s: read error: %s", t->name, strerror (errno));
-  free (buf);
+  free (t->linebuf);
+  t->linebuf = NULL;
+  t->linecap = 0;
 }
 
 static int
@@ -961,6 +980,7 @@ is_pow2 (uint64_t v)
   return v != 0 && (v & (v - 1)) == 0;
 }
 
+#ifndef RA_TRACE_FUZZ
 int
 main (int argc, char *argv[])
 {
@@ -1110,3 +1130,4 @@ main (int argc, char *argv[])
     die ("error writing the output: %s", strerror (errno));
   return EXIT_SUCCESS;
 }
+#endif /* !RA_TRACE_FUZZ */

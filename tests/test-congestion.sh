@@ -30,13 +30,13 @@ print(json.loads(data)[sys.argv[2]])
 PY
 }
 
-nbdkit -t 2 -U "$d/back.sock" -P "$d/back.pid" --filter=delay pattern 2G rdelay=3ms
+"${NBDKIT:-nbdkit}" -t 2 -U "$d/back.sock" -P "$d/back.pid" --filter=delay pattern 2G rdelay=3ms
 wait_sock "$d/back.sock"
 
 for policy in skip wait; do
   rm -f "$d/front.sock"
   # 256K backend reads: a 4M window is 16 of them, over the threshold of 9.
-  nbdkit -U "$d/front.sock" -P "$d/front.pid" --filter="$filter" \
+  "${NBDKIT:-nbdkit}" -U "$d/front.sock" -P "$d/front.pid" --filter="$filter" \
     nbd socket="$d/back.sock" ra-io-max=256K ra-congestion=$policy \
     ra-cache-stats-socket="$d/stats.sock"
   wait_sock "$d/front.sock"

@@ -35,12 +35,12 @@ wait_for () {
 }
 
 mkdir "$d/fs"
-nbdkit -U "$d/back.sock" -P "$d/back.pid" --filter=delay memory 256M rdelay=1ms
+"${NBDKIT:-nbdkit}" -U "$d/back.sock" -P "$d/back.pid" --filter=delay memory 256M rdelay=1ms
 wait_for -S "$d/back.sock"
 
 attach () {
   rm -f "$d/front.sock"
-  nbdkit -U "$d/front.sock" -P "$d/front.pid" --filter="$filter" \
+  "${NBDKIT:-nbdkit}" -U "$d/front.sock" -P "$d/front.pid" --filter="$filter" \
          nbd socket="$d/back.sock"
   wait_for -S "$d/front.sock"
   nbd-client -unix "$d/front.sock" /dev/nbd0 -b 4096 >/dev/null

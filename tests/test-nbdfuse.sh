@@ -40,12 +40,12 @@ wait_for () {  # wait_for TEST-ARGS...
 
 mkdir "$d/mnt" "$d/fs"
 # The "remote" backend: it outlives the ra-cache front servers.
-nbdkit -U "$d/back.sock" -P "$d/back.pid" --filter=delay memory 256M rdelay=1ms
+"${NBDKIT:-nbdkit}" -U "$d/back.sock" -P "$d/back.pid" --filter=delay memory 256M rdelay=1ms
 wait_for -S "$d/back.sock"
 
 attach () {
   rm -f "$d/front.sock"
-  nbdkit -U "$d/front.sock" -P "$d/front.pid" --filter="$filter" \
+  "${NBDKIT:-nbdkit}" -U "$d/front.sock" -P "$d/front.pid" --filter="$filter" \
          nbd socket="$d/back.sock" ra-cache-size=32M
   wait_for -S "$d/front.sock"
   nbdfuse "$d/mnt" --unix "$d/front.sock" &

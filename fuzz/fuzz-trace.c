@@ -1,0 +1,169 @@
+/* libFuzzer target: ra-trace's trace parser (src/ra-trace.c), and the
+ * replay of the traces it accepts through the readahead engine
+ * (src/readahead.c) when they are small.
+ *
+ * The tool's source is included whole with RA_TRACE_FUZZ defined, which
+ * leaves out main and turns "print the error and exit 1" into "print the
+ * error to the stream given here and longjmp back": every input either
+ * parses or is rejected with a message, and then its memory is freed
+ * here.  Set RA_TRACE_FUZZ_VERBOSE=1 to see the messages.
+ *
+ * The input is the trace, as a file (read with read_trace, the tool's
+ * own function).  When the accepted reads cover at most MAX_REPLAY_PAGES
+ * pages they are replayed as the tool does without --export-size, with
+ * one of a few sets of parameters chosen by a hash of the input, and the
+ * simulation is checked: every page read is a hit or a miss, and the
+ * simulated cache is within its capacity after each read.
+ */
+
+#define RA_TRACE_FUZZ 1
+#include "../src/ra-trace.c"
+
+#include <setjmp.h>
+
+#define MAX_REPLAY_PAGES (UINT64_C (1) << 16)
+
+static jmp_buf fuzz_jmp;
+static FILE *fuzz_err;
+
+static FILE *
+fuzz_err_stream (void)
+{
+  return fuzz_err;
+}
+
+static void
+fuzz_error_exit (void)
+{
+  longjmp (fuzz_jmp, 1);
+}
+
+/* What an input owns, freed whether it was accepted or not (file scope,
+ * so that it survives the longjmp).
+ */
+static struct trace t;
+static struct sim s;
+static bool have_sim;
+static struct ra_state *states;
+static uint64_t *stream_ids;
+
+int LLVMFuzzerInitialize (int *argc, char ***argv);
+
+int
+LLVMFuzzerInitialize (int *argc, char ***argv)
+{
+  (void) argc; (void) argv;
+  if (getenv ("RA_TRACE_FUZZ_VERBOSE"))
+    fuzz_err = stderr;
+  else
+    fuzz_err = fopen ("/dev/null", "w");
+  if (!fuzz_err) {
+    perror ("/dev/null");
+    exit (EXIT_FAILURE);
+  }
+  return 0;
+}
+
+static uint64_t
+hash (const uint8_t *data, size_t size)
+{
+  uint64_t h = UINT64_C (0xcbf29ce484222325);
+  size_t i;
+
+  for (i = 0; i < size; i++)
+    h = (h ^ data[i]) * UINT64_C (0x100000001b3);
+  return h;
+}
+
+static void
+replay (uint64_t h)
+{
+  static const unsigned shifts[] = { 9, 12, 16 };
+  static const uint64_t ra_pages[] = { 0, 1, 4, 32, 128 };
+  static const uint64_t io_pages[] = { 1, 8, 64 };
+  static const uint64_t cache_pages[] = { 2, 16, 300, 1024 };
+  unsigned shift = shifts[h % 3];
+  uint64_t page_size = UINT64_C (1) << shift;
+  uint64_t ra_max = ra_pages[(h >> 8) % 5] << shift;
+  uint64_t io_max = io_pages[(h >> 16) % 3] << shift;
+  uint64_t cache_size = cache_pages[(h >> 24) % 4] << shift;
+  uint64_t export_size, pages = 0, before;
+  struct ra_params p;
+  size_t nstreams, i;
+
+  for (i = 0; i < t.nr; i++) {
+    const struct trace_read *r = &t.reads[i];
+    pages += ((r->offset + r->length + page_size - 1) >> shift) -
+      (r->offset >> shift);
+    if (pages > MAX_REPLAY_PAGES)
+      return;                   /* too slow to replay at every input */
+  }
+  /* main's checks of the options: ra-max at most half the cache. */
+  if (ra_max > cache_size / 2)
+    ra_max = (cache_size / 2) & ~(page_size - 1);
+
+  /* As main does without --export-size. */
+  export_size = (t.max_end + page_size - 1) & ~(page_size - 1);
+  if (t.log_export_size > export_size)
+    export_size = t.log_export_size;
+  nstreams = number_streams (&t, &stream_ids);
+
+  p.page_shift = shift;
+  p.ra_max = ra_max >> shift;
+  p.io_max = io_max >> shift;
+  p.export_size = export_size;
+  states = xrealloc (NULL, (nstreams ? nstreams : 1) * sizeof *states);
+  for (i = 0; i < nstreams; i++)
+    ra_state_init (&states[i]);
+  sim_init (&s, &p, cache_size >> shift, true);
+  have_sim = true;
+  for (i = 0; i < t.nr; i++) {
+    s.cur_read = i + 1;
+    before = s.c.hits + s.c.misses;
+    replay_read (&s, &states[t.reads[i].stream], &t, &t.reads[i]);
+    if (s.c.hits + s.c.misses - before !=
+        ((t.reads[i].offset + t.reads[i].length + page_size - 1) >> shift) -
+        (t.reads[i].offset >> shift)) {
+      fprintf (stderr, "read %zu: hits + misses is not its page count\n", i);
+      abort ();
+    }
+    if (s.count > s.capacity) {
+      fprintf (stderr, "read %zu: %zu pages cached, capacity %" PRIu64 "\n",
+               i, s.count, s.capacity);
+      abort ();
+    }
+  }
+}
+
+int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size);
+
+int
+LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
+{
+  FILE *fp;
+
+  if (size == 0)
+    return 0;
+  fp = fmemopen ((void *) data, size, "r");
+  if (!fp)
+    abort ();
+  memset (&t, 0, sizeof t);
+  t.name = "fuzz";
+  have_sim = false;
+  states = NULL;
+  stream_ids = NULL;
+
+  if (setjmp (fuzz_jmp) == 0) {
+    read_trace (&t, fp);
+    replay (hash (data, size));
+  }
+
+  fclose (fp);
+  if (have_sim)
+    sim_free (&s);
+  free (states);
+  free (stream_ids);
+  free (t.linebuf);
+  free (t.reads);
+  return 0;
+}
