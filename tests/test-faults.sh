@@ -41,7 +41,7 @@
 
 . "${top_srcdir:-$(dirname "$0")/..}/tests/functions.sh"
 
-requires cmp python3
+requires cmp pgrep python3 nbdcopy
 BENCH=$top_builddir/ra-bench
 [ -x "$BENCH" ] || fail "ra-bench is not built: $BENCH"
 
@@ -207,7 +207,7 @@ for spec in seq:0 seq:$((size / 2)) random:0; do
     MODE="${spec%%:*}" START="${spec#*:}" STOP="$tmpdir/stop-a" \
     SEED="$((seed + ${#pids[@]}))" OUT="$tmpdir/a-${#pids[@]}.out" &
   pids+=($!)
-  client_pids+=($!)
+  client_pids+=("$!")
 done
 sleep 1
 timeout 30 python3 "$tmpdir/pause.py" "$tmpdir/pause.ctl" p ||
@@ -301,7 +301,7 @@ for spec in "${clients[@]}"; do
     timeout "$T" $spec >/dev/null 2>&1 &
   fi
   pid=$!
-  client_pids+=($pid)
+  client_pids+=("$pid")
   # Kill it while backend reads are in flight, after a random delay.
   sleep "0.$((RANDOM % 6 + 2))"
   for ((i = 0; i < 100; i++)); do
@@ -340,7 +340,7 @@ front frontc backc ra-max=64M ra-io-max=256K ra-cache-size=256M \
 timeout "$T" "$BENCH" -u "$(uri frontc)" -p seq -s 64K -d 2 -t 40 \
   > "$tmpdir/c-bench.out" 2>&1 &
 bench_pid=$!
-client_pids+=($bench_pid)
+client_pids+=("$bench_pid")
 for ((i = 0; i < 200; i++)); do
   v=$(live_stat frontc inflight_now cache_pages_inflight)
   read -r inflight pages <<<"$v"
@@ -396,7 +396,7 @@ wait "$bench_pid" || status=$?
 [ -f "$tmpdir/backc.bgpid" ] && kill -0 "$(server_pid backc)" ||
   fail "c: the backend died"
 stop_server backc
-info "c: SIGTERM with $inflight backend reads in flight ($pages pages): exited in $secs s, status $status of the reader, stats file valid"
+info "c: SIGTERM with $inflight backend reads in flight ($pages pages in flight): exited in $secs s; stats file valid; the reader ended (status $status)"
 
 # ---- d. failing writes -----------------------------------------------------
 cp "$tmpdir/data" "$tmpdir/disk"

@@ -215,6 +215,11 @@ verify=$2
 verify_fatal=1
 verify_backlog=32
 verify_state_save=0
+# A job keeps several requests in flight: without this fio may read a
+# block back while its own next write to it is in flight, and a read
+# that overlaps a write may return any mix of old and new bytes (through
+# ra-cache it often does: the pages of one request are read separately).
+serialize_overlap=1
 rwmixread=50
 
 [rw4k]
