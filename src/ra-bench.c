@@ -105,6 +105,12 @@ struct conn {
   int events;             /* the events io is started with, 0 = stopped */
   unsigned in_flight;
   bool finished;          /* nothing in flight and nothing more to issue */
+  /* interleaved: this connection's streams are index, index + C,
+   * index + 2C, ... (C connections), n_streams of them, taken
+   * round-robin; next_stream counts the requests generated here.
+   */
+  unsigned n_streams;
+  uint64_t next_stream;
   struct slot *slots;
 };
 
@@ -124,7 +130,7 @@ struct bench {
   /* Pattern generator state. */
   bool wrap;              /* a bound was given: sequences may restart */
   uint64_t byte_limit;    /* UINT64_MAX = none */
-  uint64_t next_index;    /* requests generated (global patterns) */
+  uint64_t next_index;    /* requests generated (seq, backward, strided) */
   uint64_t *stream_pos;   /* interleaved, multiconn: per stream */
   uint64_t stream_blocks; /* blocks in each stream's part */
   uint64_t rng;
@@ -189,7 +195,9 @@ usage (void)
 "                         backward: sequential from the region's end downwards\n"
 "                         interleaved: --streams sequential streams over equal\n"
 "                           parts of the region, requests taken round-robin\n"
-"                           from them, on one connection\n"
+"                           from them; with --connections C, stream s is on\n"
+"                           connection s %% C (C <= streams), and each\n"
+"                           connection takes its own streams round-robin\n"
 "                         multiconn: --streams sequential streams, one per\n"
 "                           connection\n"
 "                         strided: read --stride-read requests, skip\n"
@@ -197,8 +205,9 @@ usage (void)
 "                         random: uniform, aligned to the request size\n"
 "                         mixed: random offsets, a --write-ratio share of\n"
 "                           writes (needs a writable export)\n"
-"      --streams N        streams of interleaved (1-%d) or multiconn (1-%d,\n"
-"                         one connection each) (default 4)\n"
+"      --streams N        streams of interleaved (1-%d, at least\n"
+"                         --connections) or multiconn (1-%d, one connection\n"
+"                         each) (default 4)\n"
 "      --stride-read K    requests read per stride, >= 1 (default 1)\n"
 "      --stride-skip S    requests skipped per stride, >= 0 (default 1)\n"
 "      --write-ratio R    share of writes in mixed, 0 to 1 (default 0.5)\n"
@@ -494,6 +503,11 @@ parse_options (int argc, char *argv[], struct options *o)
   else if (!o->connections_set)
     o->connections = o->n_uris > MAX_CONNECTIONS ? MAX_CONNECTIONS
                                                  : (unsigned) o->n_uris;
+  if (o->pattern == PAT_INTERLEAVED && o->connections > o->streams)
+    usage_error ("--pattern interleaved spreads --streams %u over "
+                 "--connections %u: every connection needs a stream, so "
+                 "give at least as many streams as connections",
+                 o->streams, o->connections);
   if (o->n_uris > o->connections)
     usage_error ("%zu URIs given for %u connection%s: each URI needs a "
                  "connection", o->n_uris, o->connections,
@@ -622,8 +636,13 @@ next_block (struct bench *b, struct conn *c, uint64_t *block, bool *is_write)
 
   case PAT_INTERLEAVED:
   case PAT_MULTICONN:
+    /* interleaved: stream s belongs to connection s % C, and each
+     * connection takes its own streams round-robin (with C = 1: stream
+     * 0, 1, ..., N-1, 0, 1, ...).  All streams have the same length, so
+     * without a bound a connection's streams end in the same round.
+     */
     if (b->opt.pattern == PAT_INTERLEAVED)
-      stream = b->next_index % b->opt.streams;
+      stream = c->index + (c->next_stream % c->n_streams) * b->n_conns;
     else
       stream = c->index;
     pos = b->stream_pos[stream];
@@ -631,7 +650,7 @@ next_block (struct bench *b, struct conn *c, uint64_t *block, bool *is_write)
       return false;
     b->stream_pos[stream]++;
     if (b->opt.pattern == PAT_INTERLEAVED)
-      b->next_index++;
+      c->next_stream++;
     *block = stream * b->stream_blocks + pos % b->stream_blocks;
     return true;
 
@@ -873,6 +892,9 @@ connect_all (struct bench *b)
 
     c->index = i;
     c->uri = o->uris[i % o->n_uris];
+    /* Streams i, i + C, i + 2C, ... below o->streams (>= C, checked). */
+    if (o->pattern == PAT_INTERLEAVED)
+      c->n_streams = (o->streams - i + o->connections - 1) / o->connections;
     c->nbd = nbd_create ();
     if (!c->nbd) {
       fprintf (stderr, "%s: nbd_create: %s\n", PROGRAM, nbd_get_error ());

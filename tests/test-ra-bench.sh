@@ -129,6 +129,7 @@ K64=65536
 for args in "" "--depth 0 -u x" "--size 1Q -u x" "--bogus -u x" \
             "--pattern nope -u x" "--time -1 -u x" "--write-ratio 0.5 -u x" \
             "--streams 3 -u x" "--stride-skip 2 -u x" "-p multiconn --streams 2 -c 3 -u x" \
+            "-p interleaved --streams 2 -c 3 -u x" \
             "-s 128M -u x" "--bytes 0 -u x" "-u"; do
   set +e
   # shellcheck disable=SC2086
@@ -244,6 +245,48 @@ for c in $(cut -d' ' -f1 "$d/multi1.blocks" | sort -u); do
     fail "multiconn connection $c read blocks '$got'"
 done
 [ "$(cut -d' ' -f1 "$d/multi1.blocks" | sort -u | wc -l)" -eq 2 ] || fail "multiconn: not 2 connections"
+# interleaved on C connections: stream s on connection s % C, each
+# connection round-robin over its own streams.  per_conn NAME: the
+# blocks of each server connection, one line per connection, sorted.
+per_conn ()
+{
+  local c
+  for c in $(cut -d' ' -f1 "$d/$1.blocks" | sort -u); do
+    awk -v c="$c" '$1 == c { print $2 }' "$d/$1.blocks" | tr '\n' ' ' | sed 's/ $//'
+    echo
+  done | sort
+}
+# expect_conns NAME LINE...: per_conn NAME is exactly these lines.
+expect_conns ()
+{
+  local name=$1; shift
+  [ "$(per_conn "$name")" = "$(printf '%s\n' "$@" | sort)" ] ||
+    fail "$name: connections read '$(per_conn "$name" | tr '\n' '|')', expected '$(printf '%s|' "$@")'"
+}
+# 4 streams of 4 blocks on 2 connections: streams 0, 2 and 1, 3.
+logged inter3 --length 1M -p interleaved --streams 4 -c 2
+expect_conns inter3 "0 8 1 9 2 10 3 11" "4 12 5 13 6 14 7 15"
+# Uneven: 5 streams on 2 connections: streams 0, 2, 4 and 1, 3.
+logged inter4 --length 1280K -p interleaved --streams 5 -c 2
+expect_conns inter4 "0 8 16 1 9 17 2 10 18 3 11 19" "4 12 5 13 6 14 7 15"
+# The benchmark's shape: 64 streams (one block each here) on 8
+# connections, connection i reading blocks i, i+8, ..., i+56.
+logged inter5 -p interleaved --streams 64 -c 8
+mapfile -t want < <(for i in $(seq 0 7); do seq -s ' ' "$i" 8 63; done)
+expect_conns inter5 "${want[@]}"
+check inter5 'r["connections"] == 8 and r["streams"] == 64 and r["requests"] == 64'
+# With a bound and depth 2, streams wrap inside their parts and stay on
+# their connection: the parts (of 4 blocks) each connection read.
+logged inter6 --length 1M -p interleaved --streams 4 -c 2 -d 2 --bytes 2M
+parts=$(for c in $(cut -d' ' -f1 "$d/inter6.blocks" | sort -u); do
+          awk -v c="$c" '$1 == c { print int($2 / 4) }' "$d/inter6.blocks" |
+            sort -u | tr '\n' ' ' | sed 's/ $//'
+          echo
+        done | sort | tr '\n' '|')
+[ "$parts" = "0 2|1 3|" ] ||
+  fail "interleaved -c 2 -d 2 --bytes 2M: connections read parts '$parts', expected '0 2|1 3|'"
+[ "$(wc -l < "$d/inter6.blocks")" -eq 32 ] || fail "inter6: $(wc -l < "$d/inter6.blocks") reads, expected 32"
+info "interleaved streams spread over connections"
 # Random with a seed: aligned, inside the region, reproducible.
 logged rand1 --length 1M -p random --bytes 2M --seed 7
 logged rand2 --length 1M -p random --bytes 2M --seed 7
