@@ -34,6 +34,12 @@ struct rc_cache {
   pthread_mutex_t size_lock;
   bool size_set;
 
+  /* Adaptive mode: the backend model, fed by every backend read of
+   * pages (src/prefetch.c), read at every trigger.
+   */
+  pthread_mutex_t model_lock;
+  struct ra_model model;
+
   /* Backend reads running now (by clients or workers), and jobs queued
    * for the workers.  With ra-congestion=skip the congestion rule
    * compares their sum with cfg.congestion_threshold when a window is
@@ -59,6 +65,7 @@ struct rc_cache {
 struct rc_stream {
   pthread_mutex_t lock;         /* one connection may read from many threads */
   struct ra_state ra;
+  unsigned owner;               /* owner of its read-ahead pages (1..) */
 };
 
 /* prefetch.c */

@@ -33,6 +33,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cache-internal.h"
 #include "racache/util.h"
@@ -65,6 +66,23 @@ rc_cache_new (const struct rc_config *cfg, const struct rc_backend *be,
   if (c->params.io_max == 0)
     c->params.io_max = 1;
   c->params.export_size = 0;
+  c->params.mode = cfg->mode == RC_MODE_ADAPTIVE
+    ? RA_MODE_ADAPTIVE : RA_MODE_KERNEL;
+  c->params.adapt_min = RC_ADAPT_MIN_WINDOW >> c->params.page_shift;
+  /* The largest window whose reads stay below the congestion threshold
+   * while the previous window's reads are still running: threshold - 1
+   * reads of io_max.
+   */
+  {
+    unsigned thr = cfg->congestion_threshold
+      ? cfg->congestion_threshold : (cfg->max_background * 3 + 3) / 4;
+
+    c->params.self_max = thr > 1 ? (thr - 1) * c->params.io_max
+      : c->params.io_max;
+  }
+  c->params.parallel = nworkers ? nworkers : 1;
+  ra_model_init (&c->model);
+  pthread_mutex_init (&c->model_lock, NULL);
   pthread_mutex_init (&c->size_lock, NULL);
   pthread_mutex_init (&c->qlock, NULL);
   pthread_cond_init (&c->qcond, NULL);
@@ -94,6 +112,7 @@ rc_cache_free (struct rc_cache *c)
   rc_workers_stop (c);
   rc_pc_free (c->pc);
   pthread_mutex_destroy (&c->size_lock);
+  pthread_mutex_destroy (&c->model_lock);
   pthread_mutex_destroy (&c->qlock);
   pthread_cond_destroy (&c->qcond);
   free (c);
@@ -131,15 +150,33 @@ rc_cache_inflight (struct rc_cache *c)
   return atomic_load (&c->executing) + atomic_load (&c->queued);
 }
 
+bool
+rc_cache_model (struct rc_cache *c, double *lat_ns, double *page_ns)
+{
+  LOCK_FOR_SCOPE (&c->model_lock);
+  return ra_model_estimate (&c->model, lat_ns, page_ns);
+}
+
+const struct rc_config *
+rc_cache_config (struct rc_cache *c)
+{
+  return &c->cfg;
+}
+
 struct rc_stream *
 rc_stream_new (void)
 {
+  static _Atomic unsigned next_owner;
   struct rc_stream *s = malloc (sizeof *s);
 
   if (!s)
     return NULL;
   pthread_mutex_init (&s->lock, NULL);
   ra_state_init (&s->ra);
+  /* Owners 1 .. RC_PC_OWNERS - 1, reused after that many streams: a
+   * reused number may hand a new stream an old one's waste once.
+   */
+  s->owner = atomic_fetch_add (&next_owner, 1) % (RC_PC_OWNERS - 1) + 1;
   return s;
 }
 
@@ -161,6 +198,7 @@ struct batch { ra_pgoff start, count; bool async; };
 struct batches {
   struct rc_cache *c;
   bool forced;                  /* NBD_CMD_CACHE */
+  unsigned owner;               /* the stream's, 0 for forced */
   unsigned n, cap;
   bool overflow;                /* could not grow: stop inserting */
   struct batch *b;
@@ -172,6 +210,7 @@ batches_init (struct batches *bs, struct rc_cache *c, bool forced)
 {
   bs->c = c;
   bs->forced = forced;
+  bs->owner = 0;
   bs->n = 0;
   bs->cap = INLINE_BATCHES;
   bs->overflow = false;
@@ -197,7 +236,8 @@ submit_insert (void *opaque, ra_pgoff index, bool marker, bool async)
     return false;
   return rc_pc_insert (bs->c->pc, index, marker,
                        bs->forced ? RC_INSERT_FORCED
-                       : async ? RC_INSERT_AHEAD : RC_INSERT_SYNC);
+                       : async ? RC_INSERT_AHEAD : RC_INSERT_SYNC,
+                       bs->owner);
 }
 
 static void
@@ -315,6 +355,26 @@ issue_batches (struct rc_cache *c, void *ctx, struct batches *bs, int *err)
   return r;
 }
 
+/* Adaptive mode: what the engine is told at each decision. */
+static void
+adaptive_inputs (struct rc_cache *c, struct rc_stream *s,
+                 struct ra_inputs *in)
+{
+  struct timespec ts;
+  uint64_t markers = rc_pc_markers (c->pc);
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  in->now_ns = (uint64_t) ts.tv_sec * 1000000000 + (uint64_t) ts.tv_nsec;
+  if (!rc_cache_model (c, &in->lat_ns, &in->page_ns))
+    in->lat_ns = -1;
+  /* Fair share: each sequential stream (about one marker each) may have
+   * two windows in the cache (the one being read and the next), and
+   * half the cache is kept for what clients have used.
+   */
+  in->share = rc_pc_capacity (c->pc) / (4 * (markers ? markers : 1));
+  in->wasted = rc_pc_take_wasted (c->pc, s->owner);
+}
+
 /* A trigger at page index of a read ending at page last. */
 static int
 trigger (struct rc_cache *c, struct rc_stream *s, void *ctx,
@@ -322,17 +382,56 @@ trigger (struct rc_cache *c, struct rc_stream *s, void *ctx,
 {
   struct batches bs;
   struct ra_window w;
+  struct ra_inputs in, *inp = NULL;
   int r;
 
   batches_init (&bs, c, false);
+  bs.owner = s->owner;
   ACQUIRE_LOCK (&s->lock);
-  ra_ondemand (&s->ra, &c->params, &rc_pc_query_ops, c->pc,
-               index, marker, last - index, &w);
+  if (c->params.mode == RA_MODE_ADAPTIVE) {
+    adaptive_inputs (c, s, &in);
+    inp = &in;
+    if (in.wasted > 0)
+      STAT_ADD (&c->stats, adapt_waste, 1);
+  }
+  ra_ondemand_at (&s->ra, &c->params, &rc_pc_query_ops, c->pc,
+                  index, marker, last - index, inp, &w);
+  if (inp)
+    atomic_store_explicit (&c->stats.adapt_cap_pages, s->ra.ad.cap,
+                           memory_order_relaxed);
   submit_window (c, &s->ra, &w, last, &bs);
   RELEASE_LOCK (&s->lock);
   r = issue_batches (c, ctx, &bs, err);
   batches_free (&bs);
   return r;
+}
+
+/* Adaptive mode: the client waited for page index, which an async part
+ * had in flight.  The engine counts it late and may name the stream's
+ * next marker: take it now and make the async trigger it would have
+ * made, so the next window starts early.
+ */
+static void
+late (struct rc_cache *c, struct rc_stream *s, void *ctx, ra_pgoff index)
+{
+  ra_pgoff m, reads;
+  int ignored;
+
+  STAT_ADD (&c->stats, adapt_late, 1);
+  ACQUIRE_LOCK (&s->lock);
+  m = ra_late (&s->ra, &c->params, index);
+  reads = (s->ra.ad.cap + c->params.io_max - 1) / c->params.io_max;
+  RELEASE_LOCK (&s->lock);
+  /* Not when the early window's reads would reach the congestion
+   * threshold: its async part would be skipped (the backend, not the
+   * distance, is what the reader waits for then).
+   */
+  if (m != RA_NO_MARKER &&
+      rc_cache_inflight (c) + reads < c->cfg.congestion_threshold &&
+      rc_pc_take_marker (c->pc, m)) {
+    STAT_ADD (&c->stats, adapt_early, 1);
+    trigger (c, s, ctx, m, true, m + 1, &ignored);
+  }
 }
 
 /* Before a client waits for a page in flight. */
@@ -364,15 +463,17 @@ rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
     uint64_t from = offset > page_start ? offset : page_start;
     uint64_t to = end < page_start + ps ? end : page_start + ps;
     char *dst = (char *) buf + (from - offset);
-    bool waited;
+    bool waited, waited_ahead;
 
     switch (rc_pc_access (c->pc, i, dst, from - page_start, to - from,
-                          promote, c, &waited)) {
+                          promote, c, &waited, &waited_ahead)) {
     case RC_ACCESS_COPIED:
       if (tries == 0)
         STAT_ADD (&c->stats, page_hits, 1);
       if (waited)
         STAT_ADD (&c->stats, page_waits, 1);
+      if (waited_ahead && c->params.mode == RA_MODE_ADAPTIVE)
+        late (c, s, ctx, i);
       i++;
       tries = 0;
       break;

@@ -16,6 +16,7 @@
   { name, type, offsetof (struct rc_config, field), NULL, def, range, help }
 
 static const char *const congestion_choices[] = { "skip", "wait", NULL };
+static const char *const mode_choices[] = { "kernel", "adaptive", NULL };
 
 const struct rc_key rc_keys[] = {
   KEY ("ra-cache-size", RC_KEY_SIZE, cache_size, "256M",
@@ -24,9 +25,12 @@ const struct rc_key rc_keys[] = {
   KEY ("ra-cache-page-size", RC_KEY_SIZE, page_size, "4K",
        "a power of two from 512 to 1M",
        "Cache page size."),
-  KEY ("ra-max", RC_KEY_SIZE, ra_max, "4M",
+  { "ra-mode", RC_KEY_ENUM, offsetof (struct rc_config, mode),
+    mode_choices, "adaptive", "kernel or adaptive",
+    "Window sizing: the kernel's, or adapted per stream to measurements." },
+  KEY ("ra-max", RC_KEY_SIZE, ra_max, "8M",
        "0 (readahead off) to 1G, whole pages",
-       "Largest readahead window."),
+       "Largest readahead window (adaptive mode: upper limit)."),
   KEY ("ra-io-max", RC_KEY_SIZE, io_max, "1M",
        "one page to 32M, whole pages",
        "Largest single backend read."),
@@ -61,6 +65,7 @@ rc_config_defaults (struct rc_config *c)
   c->max_background = RC_DEFAULT_MAX_BACKGROUND;
   c->congestion_threshold = 0;  /* derived in rc_config_check */
   c->congestion = RC_CONGESTION_SKIP;
+  c->mode = RC_MODE_ADAPTIVE;
 }
 
 void

@@ -34,6 +34,7 @@ struct page {
   uint64_t stamp;                  /* shard tick when last put on a list */
   uint8_t state;
   uint8_t flags;
+  uint16_t owner;                  /* stream that read it ahead, 0 = none */
   char *data;
 };
 
@@ -84,6 +85,11 @@ struct rc_pagecache {
   uint64_t total_capacity;         /* pages, all shards */
   struct rc_stats *stats;
   struct shard *shards;
+  _Atomic uint64_t markers;        /* pages carrying the marker now */
+  /* Per stream (owner): its read-ahead pages evicted unused, not yet
+   * taken by rc_pc_take_wasted.
+   */
+  _Atomic uint32_t wasted[RC_PC_OWNERS];
 };
 
 static inline struct shard *
@@ -256,6 +262,8 @@ remove_page (struct rc_pagecache *pc, struct shard *s, struct page *p)
   *pp = p->hnext;
   if (p->lnext)
     lru_unlink (p);
+  if (p->flags & PF_MARKER)
+    atomic_fetch_sub_explicit (&pc->markers, 1, memory_order_relaxed);
   if (p->state == PAGE_INFLIGHT)
     s->inflight--;
   s->count--;
@@ -284,8 +292,12 @@ evict_one (struct rc_pagecache *pc, struct shard *s)
   if (unused &&
       (!used || 2 * (s->tick - unused->stamp) >= s->tick - used->stamp)) {
     victim = unused;
-    if (unused->flags & PF_AHEAD)
+    if (unused->flags & PF_AHEAD) {
       STAT_ADD (pc->stats, ahead_wasted, 1);
+      if (unused->owner)
+        atomic_fetch_add_explicit (&pc->wasted[unused->owner], 1,
+                                   memory_order_relaxed);
+    }
   }
   else
     victim = used;
@@ -337,7 +349,7 @@ slab_alloc (struct rc_pagecache *pc, struct shard *s)
 
 bool
 rc_pc_insert (struct rc_pagecache *pc, ra_pgoff index, bool marker,
-              enum rc_insert_kind kind)
+              enum rc_insert_kind kind, unsigned owner)
 {
   struct shard *s;
   struct page *p;
@@ -372,6 +384,9 @@ rc_pc_insert (struct rc_pagecache *pc, ra_pgoff index, bool marker,
   p->flags = (marker ? PF_MARKER : 0)
     | (kind == RC_INSERT_FORCED ? 0 : PF_UNUSED)
     | (kind == RC_INSERT_AHEAD ? PF_AHEAD : 0);
+  p->owner = (uint16_t) (owner % RC_PC_OWNERS);
+  if (marker)
+    atomic_fetch_add_explicit (&pc->markers, 1, memory_order_relaxed);
   p->lprev = p->lnext = NULL;
   p->hnext = s->buckets[bucket_of (s, index)];
   s->buckets[bucket_of (s, index)] = p;
@@ -538,13 +553,13 @@ enum rc_access
 rc_pc_access (struct rc_pagecache *pc, ra_pgoff index,
               void *dst, uint32_t off, uint32_t len,
               void (*before_wait) (void *arg, ra_pgoff index), void *arg,
-              bool *waited)
+              bool *waited, bool *waited_ahead)
 {
   struct shard *s = shard_of (pc, index);
   enum rc_access ret;
   struct page *p;
 
-  *waited = false;
+  *waited = *waited_ahead = false;
   ACQUIRE_LOCK (&s->lock);
   for (;;) {
     p = lookup (s, index);
@@ -554,6 +569,7 @@ rc_pc_access (struct rc_pagecache *pc, ra_pgoff index,
     }
     if (p->flags & PF_MARKER) {
       p->flags &= ~PF_MARKER;
+      atomic_fetch_sub_explicit (&pc->markers, 1, memory_order_relaxed);
       ret = RC_ACCESS_MARKER;
       break;
     }
@@ -573,6 +589,8 @@ rc_pc_access (struct rc_pagecache *pc, ra_pgoff index,
     /* In flight: sleep until its read completes (or fails, or a write
      * makes it stale), then look again: it may be gone.
      */
+    if (!*waited && (p->flags & PF_AHEAD))
+      *waited_ahead = true;
     if (!*waited && before_wait) {
       *waited = true;
       RELEASE_LOCK (&s->lock);
@@ -633,4 +651,41 @@ rc_pc_counts (struct rc_pagecache *pc, struct rc_pc_counts *out)
     }
     RELEASE_LOCK (&s->lock);
   }
+}
+
+bool
+rc_pc_take_marker (struct rc_pagecache *pc, ra_pgoff index)
+{
+  struct shard *s = shard_of (pc, index);
+  struct page *p;
+  bool r = false;
+
+  ACQUIRE_LOCK (&s->lock);
+  p = lookup (s, index);
+  if (p && (p->flags & PF_MARKER)) {
+    p->flags &= ~PF_MARKER;
+    atomic_fetch_sub_explicit (&pc->markers, 1, memory_order_relaxed);
+    r = true;
+  }
+  RELEASE_LOCK (&s->lock);
+  return r;
+}
+
+uint64_t
+rc_pc_markers (struct rc_pagecache *pc)
+{
+  return atomic_load_explicit (&pc->markers, memory_order_relaxed);
+}
+
+uint64_t
+rc_pc_capacity (const struct rc_pagecache *pc)
+{
+  return pc->total_capacity;
+}
+
+uint32_t
+rc_pc_take_wasted (struct rc_pagecache *pc, unsigned owner)
+{
+  return atomic_exchange_explicit (&pc->wasted[owner % RC_PC_OWNERS], 0,
+                                   memory_order_relaxed);
 }

@@ -22,6 +22,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "cache-internal.h"
 #include "racache/util.h"
@@ -137,8 +138,23 @@ read_pages (struct rc_cache *c, void *ctx, ra_pgoff start, ra_pgoff count,
     len = 0;
   else if (len > c->params.export_size - offset)
     len = c->params.export_size - offset;
-  if (len > 0)
+  if (len > 0) {
+    struct timespec t0, t1;
+    bool timed = c->params.mode == RA_MODE_ADAPTIVE;
+
+    if (timed)
+      clock_gettime (CLOCK_MONOTONIC, &t0);
     r = rc_backend_read_bytes (c, ctx, buf, len, offset, err);
+    /* Adaptive mode: the backend model learns from every read. */
+    if (timed && r == 0) {
+      clock_gettime (CLOCK_MONOTONIC, &t1);
+      ACQUIRE_LOCK (&c->model_lock);
+      ra_model_sample (&c->model, count,
+                       (uint64_t) (t1.tv_sec - t0.tv_sec) * 1000000000
+                       + (uint64_t) t1.tv_nsec - (uint64_t) t0.tv_nsec);
+      RELEASE_LOCK (&c->model_lock);
+    }
+  }
   rc_pc_complete (c->pc, start, count, buf, len, r == -1 ? *err : 0);
   inflight_done (c);
   return r;

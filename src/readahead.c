@@ -69,11 +69,51 @@
  * access misses at start + size and branch B continues the stream.
  *
  * Where this deviates from the kernel it is said at that branch.
+ *
+ * Adaptive mode
+ * =============
+ *
+ * The kernel's largest window, ra_max, is one constant for every
+ * stream: right for a disk a fraction of a millisecond away, too small
+ * over a network (the reader runs out of pages while the next window is
+ * still on its way) and too large for many streams sharing a small
+ * cache (read-ahead pages are evicted before they are reached).  In
+ * adaptive mode (ra-mode=adaptive) the branches, the sync and async
+ * parts, the marker and the congestion rule are all as above; only the
+ * largest window is per stream, its cap, decided at every trigger:
+ *
+ *  - the model size: the smallest power of two W (from adapt_min) with
+ *    W >= 2 * rate * fetch(W), where rate is the stream's consumption
+ *    rate (pages between its sequential async triggers over the time
+ *    between them, a moving average) and fetch(W) the time a window of
+ *    W pages takes to arrive: its backend reads of at most io_max pages
+ *    run `parallel` at a time, each costing latency + pages * per-page
+ *    cost (struct ra_model, measured over the backend's reads).  A
+ *    window is read while the previous one is consumed (its marker is
+ *    its first page), so W >= rate * fetch(W) keeps the reader from
+ *    waiting; the factor 2 is the margin for variation.  Until both are
+ *    measured the model size is the limit;
+ *  - late feedback (ra_late): a reader that waits for a page an async
+ *    part has in flight doubles the stream's windows (boost) and takes
+ *    the stream's next marker now, so the next window starts early;
+ *  - waste feedback: pages this stream read ahead that were evicted
+ *    unused halve its windows (shrink);
+ *  - after 8 windows without either event, one step of shrink, else of
+ *    boost, is undone;
+ *  - the limit: ra_max, the window whose backend reads stay below the
+ *    congestion threshold (self_max: a larger window would make its own
+ *    stream look congested and skip its next async part), and the
+ *    stream's fair share of the cache (share).  The cap is never below
+ *    adapt_min (unless ra_max is).
+ *
+ * All of it is deterministic given struct ra_inputs (clock, backend
+ * model estimate, share, waste), which the caller measures.
  */
 
 #include <config.h>
 
 #include <assert.h>
+#include <stddef.h>
 
 #include "racache/readahead.h"
 
@@ -102,6 +142,67 @@ ra_state_init (struct ra_state *ra)
   ra->start = ra->size = ra->async_size = 0;
   ra->prev_pos = 0;
   ra->prev_valid = false;
+  ra->ad = (struct ra_adapt) { 0 };
+}
+
+/* The backend model. */
+
+/* Weight kept by the older samples at each new one: about the last 20
+ * reads count.
+ */
+#define MODEL_DECAY 0.95
+
+void
+ra_model_init (struct ra_model *m)
+{
+  *m = (struct ra_model) { 0 };
+}
+
+void
+ra_model_sample (struct ra_model *m, ra_pgoff pages, uint64_t ns)
+{
+  double x = (double) pages, y = (double) ns;
+
+  m->s0 = m->s0 * MODEL_DECAY + 1;
+  m->sx = m->sx * MODEL_DECAY + x;
+  m->sy = m->sy * MODEL_DECAY + y;
+  m->sxx = m->sxx * MODEL_DECAY + x * x;
+  m->sxy = m->sxy * MODEL_DECAY + x * y;
+  m->reads++;
+}
+
+bool
+ra_model_estimate (const struct ra_model *m, double *lat_ns,
+                   double *page_ns)
+{
+  double mx, my, var, cov, slope, lat;
+
+  *lat_ns = *page_ns = 0;
+  if (m->reads == 0 || m->s0 <= 0)
+    return false;
+  mx = m->sx / m->s0;
+  my = m->sy / m->s0;
+  var = m->sxx / m->s0 - mx * mx;
+  cov = m->sxy / m->s0 - mx * my;
+  /* Sizes spread by less than a page: the split between latency and
+   * transfer cannot be told; all of it is latency (what a window of
+   * reads of that size costs).
+   */
+  if (var < 1.0) {
+    *lat_ns = my;
+    return true;
+  }
+  slope = cov / var;
+  if (slope < 0)
+    slope = 0;
+  lat = my - slope * mx;
+  if (lat < 0) {                /* no fixed cost visible: all transfer */
+    lat = 0;
+    slope = mx > 0 ? my / mx : 0;
+  }
+  *lat_ns = lat;
+  *page_ns = slope;
+  return true;
 }
 
 static ra_pgoff
@@ -239,17 +340,158 @@ emit_exact (const struct ra_params *p, enum ra_branch branch,
   emit (&tmp, p, branch, w);
 }
 
+/* Adaptive mode. */
+
+#define ADAPT_MAX_BOOST 4       /* windows up to 16 times the model size */
+#define ADAPT_MAX_SHRINK 4      /* down to a 16th */
+#define ADAPT_CALM_WINDOWS 8    /* windows without events before relaxing */
+
+static ra_pgoff
+min_pg (ra_pgoff a, ra_pgoff b)
+{
+  return a < b ? a : b;
+}
+
+/* Seconds a window of w pages takes to arrive (see the big picture). */
+static double
+fetch_secs (const struct ra_params *p, const struct ra_inputs *in,
+            ra_pgoff w)
+{
+  ra_pgoff io = p->io_max ? p->io_max : 1;
+  ra_pgoff reads = (w + io - 1) / io;
+  unsigned par = p->parallel ? p->parallel : 1;
+  ra_pgoff rounds = (reads + par - 1) / par;
+
+  return (double) rounds * (in->lat_ns + (double) min_pg (w, io) * in->page_ns)
+    / 1e9;
+}
+
+/* The stream's limit: ra_max within the congestion bound and its share
+ * of the cache, never below adapt_min (or ra_max, if that is smaller).
+ */
+static ra_pgoff
+adapt_limit (const struct ra_params *p, const struct ra_inputs *in)
+{
+  ra_pgoff floor = min_pg (p->adapt_min ? p->adapt_min : 1, p->ra_max);
+  ra_pgoff limit = p->ra_max;
+
+  if (p->self_max)
+    limit = min_pg (limit, p->self_max);
+  if (in && in->share)
+    limit = min_pg (limit, in->share);
+  return limit > floor ? limit : floor;
+}
+
+/* Decide the stream's cap for this trigger (see the big picture). */
+static ra_pgoff
+adapt_cap (struct ra_adapt *ad, const struct ra_params *p,
+           const struct ra_inputs *in)
+{
+  ra_pgoff floor = min_pg (p->adapt_min ? p->adapt_min : 1, p->ra_max);
+  ra_pgoff limit = adapt_limit (p, in);
+  ra_pgoff w = limit;
+  unsigned i;
+
+  if (in && in->wasted > 0) {
+    if (ad->shrink < ADAPT_MAX_SHRINK)
+      ad->shrink++;
+    ad->waste_events++;
+    ad->calm = 0;
+  }
+  if (in && ad->rate > 0 && in->lat_ns >= 0 && in->lat_ns + in->page_ns > 0) {
+    for (w = floor; w < limit; w *= 2)
+      if ((double) w >= 2 * ad->rate * fetch_secs (p, in, w))
+        break;
+    if (w > limit)
+      w = limit;
+  }
+  for (i = 0; i < ad->boost && w < limit; i++)
+    w *= 2;
+  for (i = 0; i < ad->shrink && w > floor; i++)
+    w /= 2;
+  if (w > limit)
+    w = limit;
+  if (w < floor)
+    w = floor;
+  ad->cap = w;
+  return w;
+}
+
+/* A sequential async trigger at index: measure the consumption rate, and
+ * count a window without events.
+ */
+static void
+adapt_sequential (struct ra_adapt *ad, const struct ra_inputs *in,
+                  ra_pgoff index)
+{
+  if (++ad->calm >= ADAPT_CALM_WINDOWS) {
+    if (ad->shrink > 0)
+      ad->shrink--;
+    else if (ad->boost > 0)
+      ad->boost--;
+    ad->calm = 0;
+  }
+  if (!in || in->now_ns == 0)
+    return;
+  if (ad->mark_ns != 0 && in->now_ns > ad->mark_ns && index > ad->mark_index) {
+    double inst = (double) (index - ad->mark_index) * 1e9
+      / (double) (in->now_ns - ad->mark_ns);
+
+    ad->rate = ad->rate > 0 ? (3 * ad->rate + inst) / 4 : inst;
+  }
+  ad->mark_ns = in->now_ns;
+  ad->mark_index = index;
+}
+
+ra_pgoff
+ra_late (struct ra_state *ra, const struct ra_params *p, ra_pgoff index)
+{
+  struct ra_adapt *ad = &ra->ad;
+  ra_pgoff m;
+
+  if (p->mode != RA_MODE_ADAPTIVE || p->ra_max == 0 || ra->size == 0)
+    return RA_NO_MARKER;
+  if (ad->late_start != ra->start + 1) {
+    ad->late_start = ra->start + 1;
+    ad->late_events++;
+    if (ad->boost < ADAPT_MAX_BOOST)
+      ad->boost++;
+    ad->calm = 0;
+  }
+  if (ra->async_size == 0)
+    return RA_NO_MARKER;
+  m = ra->start + ra->size - ra->async_size;
+  return m > index ? m : RA_NO_MARKER;
+}
+
 void
 ra_ondemand (struct ra_state *ra, const struct ra_params *p,
              const struct ra_cache_ops *cache, void *opaque,
              ra_pgoff index, bool marker, ra_pgoff req,
              struct ra_window *w)
 {
+  ra_ondemand_at (ra, p, cache, opaque, index, marker, req, NULL, w);
+}
+
+void
+ra_ondemand_at (struct ra_state *ra, const struct ra_params *p,
+                const struct ra_cache_ops *cache, void *opaque,
+                ra_pgoff index, bool marker, ra_pgoff req,
+                const struct ra_inputs *in, struct ra_window *w)
+{
   ra_pgoff max = p->ra_max;
+  bool adaptive = p->mode == RA_MODE_ADAPTIVE && max > 0;
   enum ra_branch branch;
 
   if (req == 0)
     req = 1;
+  /* Adaptive mode: this stream's cap takes the place of ra_max. */
+  if (adaptive) {
+    if (marker && index == ra->start + ra->size - ra->async_size &&
+        ra->size > 0)
+      adapt_sequential (&ra->ad, in, index);
+    max = adapt_cap (&ra->ad, p, in);
+  }
 
   /* Readahead off: a sync trigger reads exactly the request (the cache
    * still serves hits); there are no markers to trigger on.

@@ -16,10 +16,14 @@ rc_stats_write_json (struct rc_cache *c, FILE *fp)
 {
   struct rc_stats *st = rc_cache_stats (c);
   struct rc_pc_counts pc;
+  double lat_ns, page_ns;
   int b;
 
   rc_pc_counts (rc_cache_pagecache (c), &pc);
+  rc_cache_model (c, &lat_ns, &page_ns);
   fprintf (fp, "{\n");
+  fprintf (fp, "  \"ra_mode\": \"%s\",\n",
+           rc_cache_config (c)->mode == RC_MODE_ADAPTIVE ? "adaptive" : "kernel");
   fprintf (fp, "  \"client_reads\": %" PRIu64 ",\n", STAT_GET (st, client_reads));
   fprintf (fp, "  \"client_bytes\": %" PRIu64 ",\n", STAT_GET (st, client_bytes));
   fprintf (fp, "  \"page_hits\": %" PRIu64 ",\n", STAT_GET (st, page_hits));
@@ -52,7 +56,18 @@ rc_stats_write_json (struct rc_cache *c, FILE *fp)
   fprintf (fp, "  \"cache_pages\": %" PRIu64 ",\n", pc.pages);
   fprintf (fp, "  \"cache_pages_inflight\": %" PRIu64 ",\n", pc.inflight);
   fprintf (fp, "  \"cache_pages_unused\": %" PRIu64 ",\n", pc.unused);
-  fprintf (fp, "  \"cache_capacity_pages\": %" PRIu64 "\n", pc.capacity);
+  fprintf (fp, "  \"cache_capacity_pages\": %" PRIu64 ",\n", pc.capacity);
+  fprintf (fp, "  \"markers_now\": %" PRIu64 ",\n",
+           rc_pc_markers (rc_cache_pagecache (c)));
+  fprintf (fp, "  \"adapt_late\": %" PRIu64 ",\n", STAT_GET (st, adapt_late));
+  fprintf (fp, "  \"adapt_early_triggers\": %" PRIu64 ",\n",
+           STAT_GET (st, adapt_early));
+  fprintf (fp, "  \"adapt_waste_events\": %" PRIu64 ",\n",
+           STAT_GET (st, adapt_waste));
+  fprintf (fp, "  \"adapt_last_cap_bytes\": %" PRIu64 ",\n",
+           STAT_GET (st, adapt_cap_pages) * rc_pc_page_size (rc_cache_pagecache (c)));
+  fprintf (fp, "  \"backend_latency_us\": %.1f,\n", lat_ns / 1000);
+  fprintf (fp, "  \"backend_page_us\": %.3f\n", page_ns / 1000);
   fprintf (fp, "}\n");
   return ferror (fp) ? -1 : 0;
 }

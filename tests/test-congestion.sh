@@ -35,9 +35,11 @@ wait_sock "$d/back.sock"
 
 for policy in skip wait; do
   rm -f "$d/front.sock"
-  # 256K backend reads: a 4M window is 16 of them, over the threshold of 9.
+  # 256K backend reads: a 4M window is 16 of them, over the threshold of 9
+  # (kernel mode: adaptive mode keeps a window below the threshold).
   "${NBDKIT:-nbdkit}" -U "$d/front.sock" -P "$d/front.pid" --filter="$filter" \
-    nbd socket="$d/back.sock" ra-io-max=256K ra-congestion=$policy \
+    nbd socket="$d/back.sock" ra-mode=kernel ra-max=4M ra-io-max=256K \
+    ra-congestion=$policy \
     ra-cache-stats-socket="$d/stats.sock"
   wait_sock "$d/front.sock"
   uri="nbd+unix:///?socket=$d/front.sock"

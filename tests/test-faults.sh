@@ -22,8 +22,10 @@
 #    prefetch active, several times in a row; then a new client reads the
 #    whole export through ra-cache and gets exactly the source.
 # c. Shutdown with prefetches in flight: a sequential reader over a 50 ms
-#    backend with ra-max=64M, ra-io-max=256K and ra-congestion=wait (so
-#    async reads queue up rather than being skipped); when many reads are
+#    backend with ra-mode=kernel (adaptive mode would keep a window below
+#    the congestion threshold), ra-max=64M, ra-io-max=256K and
+#    ra-congestion=wait (so async reads queue up rather than being
+#    skipped); when many reads are
 #    queued and running the front gets SIGTERM.  It must exit within 10 s,
 #    status 0 or 143, no crash; ra-cache-stats=FILE must be written, be
 #    valid JSON and show nothing in flight; the reader must end (with an
@@ -334,7 +336,7 @@ info "b: $kills clients killed mid-read ($async_pages pages prefetched); a new c
 
 # ---- c. SIGTERM with prefetches queued and running --------------------------
 start_server backc --filter=delay pattern 4G rdelay=50ms
-front frontc backc ra-max=64M ra-io-max=256K ra-cache-size=256M \
+front frontc backc ra-mode=kernel ra-max=64M ra-io-max=256K ra-cache-size=256M \
   ra-max-background=4 ra-congestion=wait \
   ra-cache-stats="$tmpdir/exit-stats.json"
 timeout "$T" "$BENCH" -u "$(uri frontc)" -p seq -s 64K -d 2 -t 40 \

@@ -6,8 +6,8 @@
 
 "$NBDKIT" --filter="$FILTER" null --help > "$tmpdir/help" 2>&1 ||
   fail "nbdkit --filter=ra-cache null --help failed"
-for key in ra-cache-size ra-cache-page-size ra-max ra-io-max \
-           ra-max-background ra-congestion-threshold; do
+for key in ra-cache-size ra-cache-page-size ra-mode ra-max ra-io-max \
+           ra-max-background ra-congestion-threshold ra-congestion; do
   grep -q "^$key=" "$tmpdir/help" || {
     cat "$tmpdir/help"
     fail "--help does not list $key"
@@ -49,6 +49,9 @@ start_ok ra-cache-page-size=1M ra-cache-size=4M ra-max=2M ra-io-max=1M
 start_ok ra-max=128K ra-cache-size=256K ra-io-max=128K
 start_ok ra-max-background=1 ra-congestion-threshold=1
 start_ok ra-max-background=256 ra-congestion-threshold=256
+start_ok ra-mode=kernel
+start_ok ra-mode=adaptive ra-max=0
+start_ok ra-mode=adaptive ra-max=64K ra-io-max=4K
 
 start_fails 'ra-cache-page-size.*3000.*power of two' ra-cache-page-size=3000
 start_fails 'ra-cache-page-size.*power of two' ra-cache-page-size=256
@@ -61,6 +64,8 @@ start_fails 'ra-max.*half of ra-cache-size' ra-cache-size=1M
 start_fails 'ra-max.*(whole number of pages|page)' ra-max=5000
 start_fails 'ra-max.*1G' ra-max=2G ra-cache-size=8G
 start_fails 'ra-max.*not a size' ra-max=banana
+start_fails "ra-mode: 'fast' is not one of: kernel, adaptive" ra-mode=fast
+start_fails 'ra-mode' ra-mode=
 start_fails 'ra-max-background.*0' ra-max-background=0
 start_fails 'ra-max-background.*257' ra-max-background=257
 start_fails 'ra-congestion-threshold.*0' ra-congestion-threshold=0

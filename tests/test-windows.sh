@@ -2,8 +2,9 @@
 # ra-cache: the backend sees exactly the reads readahead-spec.md predicts.
 #
 # A backend server logs every request it receives (nbdkit's log filter);
-# a ra-cache front reads it through the nbd plugin with ra-max=128K and
-# ra-io-max=128K: 32 pages of 4 KiB, the spec's worked example.
+# a ra-cache front reads it through the nbd plugin with ra-mode=kernel,
+# ra-max=128K and ra-io-max=128K: 32 pages of 4 KiB, the spec's worked
+# example.
 #
 # 1. A client reading 16 KiB at a time from offset 0 to the end of a
 #    1 MiB export: the windows are the worked example's (A: 0/8/4, then
@@ -43,7 +44,7 @@ backend_reads ()
 # ---- 1. sequential reader: the worked example --------------------------
 
 start_server back1 --filter=log pattern 1M logfile="$tmpdir/back1.reqlog"
-start_front front1 back1 ra-max=128K ra-io-max=128K
+start_front front1 back1 ra-mode=kernel ra-max=128K ra-io-max=128K
 
 cat > "$tmpdir/seq.py" <<'EOF'
 import os, struct
@@ -86,7 +87,7 @@ info "sequential reader: $(wc -l < "$tmpdir/seq.actual") backend reads, as the s
 # ---- 2. random reader: exactly the requested pages ---------------------
 
 start_server back2 --filter=log pattern 64M logfile="$tmpdir/back2.reqlog"
-start_front front2 back2 ra-max=128K ra-io-max=128K
+start_front front2 back2 ra-mode=kernel ra-max=128K ra-io-max=128K
 
 cat > "$tmpdir/random.py" <<'EOF'
 import os, random, struct

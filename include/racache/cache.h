@@ -9,6 +9,7 @@
 #ifndef RACACHE_CACHE_H
 #define RACACHE_CACHE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "racache/config.h"
@@ -79,5 +80,11 @@ struct rc_stats *rc_cache_stats (struct rc_cache *c);
 struct rc_pagecache *rc_cache_pagecache (struct rc_cache *c);
 /* Backend reads in flight or queued, now. */
 unsigned rc_cache_inflight (struct rc_cache *c);
+/* The backend model's latency and cost per page (ns); false if no read
+ * was measured (kernel mode measures none).
+ */
+bool rc_cache_model (struct rc_cache *c, double *lat_ns, double *page_ns);
+/* The configuration in use (ra-mode and the rest). */
+const struct rc_config *rc_cache_config (struct rc_cache *c);
 
 #endif /* RACACHE_CACHE_H */

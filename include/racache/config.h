@@ -13,25 +13,37 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Defaults, chosen for a backend about 1 ms away (see the man page):
- * a window must cover at least the bandwidth-delay product that one
- * reader can use (1 ms at ~1 GB/s is ~1 MB), and the async part of a
- * full window is the whole window, so 4 MiB keeps several milliseconds
- * of data in flight; 1 MiB backend requests keep the per-request latency
- * small compared to the transfer while staying far below the sizes that
- * backends have failed to allocate.
+/* Defaults (see the man page and bench/adaptive.sh): a window must
+ * cover the bandwidth-delay product that one reader can use, which is
+ * ~1 MB at 1 ms and ~1 GB/s but ~10 MB at 20 ms.  8 MiB is the largest
+ * window whose backend reads (8 of ra-io-max) stay below the default
+ * congestion threshold (9): a larger one makes its own stream look
+ * congested and skips its next async part.  In adaptive mode (the
+ * default) ra-max is only the upper limit: each stream's windows follow
+ * its measured needs.  1 MiB backend requests keep the per-request
+ * latency small compared to the transfer while staying far below the
+ * sizes that backends have failed to allocate.
  */
 #define RC_DEFAULT_CACHE_SIZE      (UINT64_C(256) << 20)
 #define RC_DEFAULT_PAGE_SIZE       4096u
-#define RC_DEFAULT_RA_MAX          (UINT64_C(4) << 20)
+#define RC_DEFAULT_RA_MAX          (UINT64_C(8) << 20)
 #define RC_DEFAULT_IO_MAX          (UINT64_C(1) << 20)
 #define RC_DEFAULT_MAX_BACKGROUND  12u
+/* Adaptive mode: a stream's largest window is never below this (nor
+ * below ra-max, if that is smaller): the kernel's default ra_pages.
+ */
+#define RC_ADAPT_MIN_WINDOW        (UINT64_C(128) << 10)
 
 #define RC_MIN_PAGE_SIZE   512u
 #define RC_MAX_PAGE_SIZE   (1u << 20)
 #define RC_MAX_RA_MAX      (UINT64_C(1) << 30)
 #define RC_MAX_IO_MAX      (UINT64_C(32) << 20)
 #define RC_MAX_BACKGROUND  256u
+
+enum rc_ra_mode {
+  RC_MODE_KERNEL = 0,         /* the kernel's heuristics, ra-max for all */
+  RC_MODE_ADAPTIVE = 1,       /* per-stream windows from measurements */
+};
 
 enum rc_congestion_policy {
   RC_CONGESTION_SKIP = 0,     /* drop the async part (kernel/FUSE rule) */
@@ -47,6 +59,7 @@ struct rc_config {
   unsigned congestion_threshold; /* skip the async part at this many in flight;
                                   * 0 = 3/4 of max_background */
   unsigned congestion;        /* enum rc_congestion_policy */
+  unsigned mode;              /* enum rc_ra_mode */
   char *stats_file;           /* JSON written at exit, or NULL */
   char *stats_socket;         /* Unix socket serving JSON, or NULL */
   unsigned stats_interval;    /* seconds between summary log lines, 0 = off */

@@ -50,12 +50,33 @@ enum rc_insert_kind {
   RC_INSERT_FORCED,  /* NBD_CMD_CACHE: the client said it will need it */
 };
 
+/* Streams that own read-ahead pages, for the waste feedback of adaptive
+ * mode: owner numbers are taken modulo this; 0 is no owner.
+ */
+#define RC_PC_OWNERS 1024
+
 /* Insert page index in flight if it is absent.  marker: the page gets
- * the marker.  Returns false if the page was present, or the shard is
- * full of pages in flight, or memory ran out.
+ * the marker.  owner: the stream that reads it (0 = none); if the page
+ * was read ahead and is evicted unused, it counts as wasted for that
+ * owner (rc_pc_take_wasted).  Returns false if the page was present, or
+ * the shard is full of pages in flight, or memory ran out.
  */
 bool rc_pc_insert (struct rc_pagecache *pc, ra_pgoff index, bool marker,
-                   enum rc_insert_kind kind);
+                   enum rc_insert_kind kind, unsigned owner);
+
+/* Read-ahead pages of owner evicted unused since the last call. */
+uint32_t rc_pc_take_wasted (struct rc_pagecache *pc, unsigned owner);
+
+/* Clear the marker of page index if it carries one; true if it did. */
+bool rc_pc_take_marker (struct rc_pagecache *pc, ra_pgoff index);
+
+/* Pages carrying the marker now: about one per active sequential
+ * stream (the fair share of adaptive mode divides the cache by it).
+ */
+uint64_t rc_pc_markers (struct rc_pagecache *pc);
+
+/* Pages the cache holds at most. */
+uint64_t rc_pc_capacity (const struct rc_pagecache *pc);
 
 /* A backend read of pages [start, start + count) finished.  On success
  * buf holds len bytes (the tail of a partial last page is zero-filled).
@@ -82,12 +103,14 @@ enum rc_access {
  * copying (the caller triggers the next window, then calls again).  If
  * the page is in flight, call before_wait (index) once with no lock
  * held (so the caller can hurry the read along), then sleep until the
- * page is ready.  *waited is set when the call slept.
+ * page is ready.  *waited is set when the call slept, *waited_ahead
+ * when the page it slept for was in flight as part of an async part
+ * (the read ahead was late).
  */
 enum rc_access rc_pc_access (struct rc_pagecache *pc, ra_pgoff index,
                              void *dst, uint32_t off, uint32_t len,
                              void (*before_wait) (void *arg, ra_pgoff index),
-                             void *arg, bool *waited);
+                             void *arg, bool *waited, bool *waited_ahead);
 
 /* A write, trim or zero to bytes [offset, offset + count) reached the
  * backend (or failed there).  Cached pages it touches are dropped; pages

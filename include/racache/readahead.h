@@ -39,6 +39,33 @@ enum ra_branch {
 /* Short name of a branch ("A" .. "G", "forced", "off", "none"). */
 const char *ra_branch_name (enum ra_branch b);
 
+/* How windows are sized (ra-mode). */
+enum ra_mode {
+  RA_MODE_KERNEL = 0,   /* the spec exactly: ra_max is every stream's limit */
+  RA_MODE_ADAPTIVE = 1, /* each stream's limit follows its measured needs */
+};
+
+/* Adaptive mode, per stream (all zero in kernel mode).  The stream's
+ * largest window, cap, replaces ra_max in the sizing rules; it is the
+ * window that keeps the next window arriving before the reader reaches
+ * it (from the reader's consumption rate and the backend model), scaled
+ * by the late feedback (x 2^boost) and the waste feedback (/ 2^shrink),
+ * within ra_max, the congestion bound and the stream's fair share of
+ * the cache.  See "Adaptive mode" in src/readahead.c.
+ */
+struct ra_adapt {
+  ra_pgoff cap;         /* largest window now (pages); 0 = not decided */
+  uint64_t mark_ns;     /* clock at the last sequential async trigger */
+  ra_pgoff mark_index;  /* its page */
+  double rate;          /* pages per second the reader consumes; 0 = unknown */
+  unsigned boost;       /* late prefetch feedback, log2 */
+  unsigned shrink;      /* waste feedback, log2 */
+  unsigned calm;        /* windows since the last late or waste event */
+  ra_pgoff late_start;  /* start of the window last counted late, + 1 */
+  uint64_t late_events; /* reads that waited for a page in flight ahead */
+  uint64_t waste_events;/* calls that reported pages evicted unused */
+};
+
 /* Stream state: one per NBD connection (the kernel keeps one per open
  * file).  start/size/async_size describe the most recent window as the
  * kernel records it (not clamped to the end of the export).
@@ -49,15 +76,54 @@ struct ra_state {
   ra_pgoff async_size;
   uint64_t prev_pos;    /* byte after the end of the last read */
   bool prev_valid;      /* false until the first read completes */
+  struct ra_adapt ad;   /* adaptive mode only */
 };
 
 /* Engine parameters.  Sizes in pages except where said. */
 struct ra_params {
   unsigned page_shift;  /* log2 of the page size */
-  ra_pgoff ra_max;      /* largest window (kernel ra_pages); 0 = off */
+  ra_pgoff ra_max;      /* largest window (kernel ra_pages); 0 = off;
+                         * in adaptive mode the upper limit of every cap */
   ra_pgoff io_max;      /* largest backend request (kernel io_pages), >= 1 */
   uint64_t export_size; /* bytes */
+  /* Adaptive mode only (ignored in kernel mode): */
+  unsigned mode;        /* enum ra_mode */
+  ra_pgoff adapt_min;   /* smallest cap (pages), unless ra_max is smaller */
+  ra_pgoff self_max;    /* largest window whose backend reads stay below the
+                         * congestion threshold; 0 = no bound */
+  unsigned parallel;    /* backend reads that can run at once; 0 = 1 */
 };
+
+/* What adaptive mode measures outside the engine, handed to each
+ * decision so that the engine stays deterministic: tests give a clock
+ * and backend timings of their choosing.
+ */
+struct ra_inputs {
+  uint64_t now_ns;      /* a monotonic clock; 0 = unknown */
+  double lat_ns;        /* backend read latency (fixed cost); < 0 = unknown */
+  double page_ns;       /* backend cost per page of a read */
+  ra_pgoff share;       /* fair share of the cache per stream; 0 = no bound */
+  ra_pgoff wasted;      /* this stream's read-ahead pages evicted unused
+                         * since its last decision */
+};
+
+/* Backend model: exponentially weighted least squares of read time over
+ * read size, giving a latency (the fixed cost of a read) and a cost per
+ * page.  Not thread-safe: the caller serializes.
+ */
+struct ra_model {
+  double s0, sx, sy, sxx, sxy;
+  uint64_t reads;
+};
+
+void ra_model_init (struct ra_model *m);
+/* A backend read of pages took ns nanoseconds. */
+void ra_model_sample (struct ra_model *m, ra_pgoff pages, uint64_t ns);
+/* Latency and cost per page, in ns; false (and both 0) with no samples.
+ * With one read size only the whole time counts as latency.
+ */
+bool ra_model_estimate (const struct ra_model *m, double *lat_ns,
+                        double *page_ns);
 
 /* Pages in the export (the last page may be partly outside it). */
 static inline ra_pgoff
@@ -113,6 +179,27 @@ void ra_ondemand (struct ra_state *ra, const struct ra_params *p,
                   const struct ra_cache_ops *cache, void *opaque,
                   ra_pgoff index, bool marker, ra_pgoff req,
                   struct ra_window *w);
+
+/* The same with adaptive mode's measurements (in may be NULL: then an
+ * adaptive stream's cap is its limit, as if nothing were measured yet).
+ * In kernel mode in is ignored and this is exactly ra_ondemand.
+ */
+void ra_ondemand_at (struct ra_state *ra, const struct ra_params *p,
+                     const struct ra_cache_ops *cache, void *opaque,
+                     ra_pgoff index, bool marker, ra_pgoff req,
+                     const struct ra_inputs *in, struct ra_window *w);
+
+/* Late prefetch feedback (adaptive mode): a client had to wait for page
+ * index, which an async part had in flight.  Counts a late event (once
+ * per window) that doubles the stream's windows, and returns the page
+ * that carries the stream's next marker when that page is ahead of
+ * index: the caller takes the marker from it (if still there) and makes
+ * an async trigger at it now, which moves the marker earlier by the
+ * distance from index.  Returns RA_NO_MARKER otherwise, and always in
+ * kernel mode.
+ */
+ra_pgoff ra_late (struct ra_state *ra, const struct ra_params *p,
+                  ra_pgoff index);
 
 /* Forced readahead for NBD_CMD_CACHE: the next chunk (at most 2 MiB,
  * at least one page) of [index, last), no marker, no stream state.

@@ -32,6 +32,11 @@ struct rc_stats {
   _Atomic uint64_t evictions;         /* pages evicted to make room */
   _Atomic uint64_t invalidated_pages; /* pages dropped or marked stale by writes */
   _Atomic uint64_t cache_bytes;       /* bytes of page data in the cache now */
+  /* Adaptive mode. */
+  _Atomic uint64_t adapt_late;        /* reads that waited for a page read ahead */
+  _Atomic uint64_t adapt_early;       /* async triggers taken early after that */
+  _Atomic uint64_t adapt_waste;       /* decisions told of pages evicted unused */
+  _Atomic uint64_t adapt_cap_pages;   /* the cap of the last decision */
 };
 
 #define STAT_ADD(st, field, n) \

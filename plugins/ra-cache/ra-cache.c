@@ -174,8 +174,11 @@ ra_cache_config_complete (nbdkit_next_config_complete *next,
   "                            at least one page and twice ra-max).\n" \
   "ra-cache-page-size=SIZE     Cache page (default 4K; power of two\n" \
   "                            from 512 to 1M).\n" \
-  "ra-max=SIZE                 Largest readahead window (default 4M;\n" \
-  "                            0 = readahead off, up to 1G).\n" \
+  "ra-mode=kernel|adaptive     Window sizing: the kernel's rules, or per\n" \
+  "                            stream from measurements (default adaptive).\n" \
+  "ra-max=SIZE                 Largest readahead window (default 8M;\n" \
+  "                            0 = readahead off, up to 1G; adaptive:\n" \
+  "                            the upper limit of every stream's).\n" \
   "ra-io-max=SIZE              Largest backend read (default 1M;\n" \
   "                            one page to 32M).\n" \
   "ra-max-background=N         Background workers: async reads in flight\n" \
@@ -281,11 +284,12 @@ ra_cache_after_fork (nbdkit_backend *backend)
   unsigned nworkers = cfg.max_background;
 
   saved_backend = backend;
-  nbdkit_debug ("ra-cache: config: ra-cache-size=%" PRIu64
+  nbdkit_debug ("ra-cache: config: ra-mode=%s ra-cache-size=%" PRIu64
                 " ra-cache-page-size=%" PRIu64 " ra-max=%" PRIu64
                 " ra-io-max=%" PRIu64 " ra-max-background=%u"
                 " ra-congestion-threshold=%u ra-congestion=%s"
                 " ra-cache-stats-interval=%u",
+                cfg.mode == RC_MODE_ADAPTIVE ? "adaptive" : "kernel",
                 cfg.cache_size, cfg.page_size, cfg.ra_max, cfg.io_max,
                 cfg.max_background, cfg.congestion_threshold,
                 cfg.congestion == RC_CONGESTION_WAIT ? "wait" : "skip",
