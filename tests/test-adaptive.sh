@@ -69,7 +69,7 @@ awk -v l="$lat_far" 'BEGIN { exit !(l >= 9000 && l < 1000000) }' ||
 # 11 ms per 1M read was seen under make -j2 check) is in both.
 awk -v f="$lat_far" -v n="$lat_near" 'BEGIN { exit !(n > 0 && n < f) }' ||
   fail "the backend without delay measured at $lat_near us, the 10 ms one at $lat_far us"
-[ "$cap_far" -ge $((2 << 20)) ] && [ "$cap_far" -le $((8 << 20)) ] ||
+{ [ "$cap_far" -ge $((2 << 20)) ] && [ "$cap_far" -le $((8 << 20)) ]; } ||
   fail "10 ms backend: largest window $cap_far, not within 2M..8M"
 [ "$(json "$tmpdir/a_far.json" async_skipped)" -eq 0 ] ||
   fail "a lone sequential reader congested itself in adaptive mode"
