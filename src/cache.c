@@ -367,11 +367,7 @@ adaptive_inputs (struct rc_cache *c, struct rc_stream *s,
   in->now_ns = (uint64_t) ts.tv_sec * 1000000000 + (uint64_t) ts.tv_nsec;
   if (!rc_cache_model (c, &in->lat_ns, &in->page_ns))
     in->lat_ns = -1;
-  /* Fair share: each sequential stream (about one marker each) may have
-   * two windows in the cache (the one being read and the next), and
-   * half the cache is kept for what clients have used.
-   */
-  in->share = rc_pc_capacity (c->pc) / (4 * (markers ? markers : 1));
+  in->share = ra_fair_share (rc_pc_capacity (c->pc), markers);
   in->wasted = rc_pc_take_wasted (c->pc, s->owner);
 }
 

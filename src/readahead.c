@@ -94,8 +94,10 @@
  *    waiting; the factor 2 is the margin for variation.  Until both are
  *    measured the model size is the limit;
  *  - late feedback (ra_late): a reader that waits for a page an async
- *    part has in flight doubles the stream's windows (boost) and takes
- *    the stream's next marker now, so the next window starts early;
+ *    part has in flight undoes a waste step or else doubles the
+ *    stream's windows (boost), and takes the stream's next marker now,
+ *    so the next window starts early (once until the reader reaches the
+ *    marker so taken);
  *  - waste feedback: pages this stream read ahead that were evicted
  *    unused halve its windows (shrink);
  *  - after 8 windows without either event, one step of shrink, else of
@@ -143,6 +145,12 @@ ra_state_init (struct ra_state *ra)
   ra->prev_pos = 0;
   ra->prev_valid = false;
   ra->ad = (struct ra_adapt) { 0 };
+}
+
+ra_pgoff
+ra_fair_share (uint64_t capacity, uint64_t markers)
+{
+  return capacity / (4 * (markers ? markers : 1));
 }
 
 /* The backend model. */
@@ -451,17 +459,27 @@ ra_late (struct ra_state *ra, const struct ra_params *p, ra_pgoff index)
 
   if (p->mode != RA_MODE_ADAPTIVE || p->ra_max == 0 || ra->size == 0)
     return RA_NO_MARKER;
-  if (ad->late_start != ra->start + 1) {
-    ad->late_start = ra->start + 1;
-    ad->late_events++;
-    if (ad->boost < ADAPT_MAX_BOOST)
-      ad->boost++;
-    ad->calm = 0;
-  }
-  if (ra->async_size == 0)
+  if (ad->late_start == ra->start + 1)
+    return RA_NO_MARKER;        /* this window was counted already */
+  ad->late_start = ra->start + 1;
+  ad->late_events++;
+  /* Windows too small: first undo a waste step, else grow. */
+  if (ad->shrink > 0)
+    ad->shrink--;
+  else if (ad->boost < ADAPT_MAX_BOOST)
+    ad->boost++;
+  ad->calm = 0;
+  /* Each early trigger makes a new state window, which may be counted
+   * late again while the reader still waits where it was: without this
+   * the stream would run away ahead of its reader, a window per wait.
+   */
+  if (ra->async_size == 0 || index < ad->early_mark)
     return RA_NO_MARKER;
   m = ra->start + ra->size - ra->async_size;
-  return m > index ? m : RA_NO_MARKER;
+  if (m <= index)
+    return RA_NO_MARKER;
+  ad->early_mark = m;
+  return m;
 }
 
 void

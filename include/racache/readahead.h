@@ -62,6 +62,8 @@ struct ra_adapt {
   unsigned shrink;      /* waste feedback, log2 */
   unsigned calm;        /* windows since the last late or waste event */
   ra_pgoff late_start;  /* start of the window last counted late, + 1 */
+  ra_pgoff early_mark;  /* marker last taken early: no other is taken
+                         * for a reader still behind it */
   uint64_t late_events; /* reads that waited for a page in flight ahead */
   uint64_t waste_events;/* calls that reported pages evicted unused */
 };
@@ -106,6 +108,18 @@ struct ra_inputs {
   ra_pgoff wasted;      /* this stream's read-ahead pages evicted unused
                          * since its last decision */
 };
+
+/* Adaptive mode's fair share of a cache of capacity pages (the share
+ * in struct ra_inputs), given the pages carrying a marker now (about one
+ * per active sequential stream): a quarter of the cache over them, so
+ * that every stream's two windows (the one being read and the next)
+ * take at most half the cache and the rest is kept for what clients
+ * have used.  A lone stream in a small cache therefore gets a quarter of
+ * it, less than ra-max may allow (at most half the cache); counting it
+ * alone as half gave two streams half the cache each whenever one's
+ * marker was momentarily absent (taken, or evicted), and they thrashed.
+ */
+ra_pgoff ra_fair_share (uint64_t capacity, uint64_t markers);
 
 /* Backend model: exponentially weighted least squares of read time over
  * read size, giving a latency (the fixed cost of a read) and a cost per
@@ -191,12 +205,14 @@ void ra_ondemand_at (struct ra_state *ra, const struct ra_params *p,
 
 /* Late prefetch feedback (adaptive mode): a client had to wait for page
  * index, which an async part had in flight.  Counts a late event (once
- * per window) that doubles the stream's windows, and returns the page
- * that carries the stream's next marker when that page is ahead of
- * index: the caller takes the marker from it (if still there) and makes
- * an async trigger at it now, which moves the marker earlier by the
- * distance from index.  Returns RA_NO_MARKER otherwise, and always in
- * kernel mode.
+ * per window of the state) that undoes a waste step or else doubles the
+ * stream's windows, and with it returns the page that carries the
+ * stream's next marker when that page is ahead of index and index has
+ * reached the marker taken early before (so the reader is never more
+ * than one window pulled ahead): the caller takes the marker from it (if
+ * still there) and makes an async trigger at it now, which moves the
+ * marker earlier by the distance from index.  Returns RA_NO_MARKER
+ * otherwise, and always in kernel mode.
  */
 ra_pgoff ra_late (struct ra_state *ra, const struct ra_params *p,
                   ra_pgoff index);

@@ -354,9 +354,22 @@ START_TEST (test_late_pulls_marker_and_boosts)
   sim_trigger (s, m, true, 1);
   ck_assert_uint_eq (s->ra.ad.cap, 2 * cap);
   ck_assert_uint_eq (s->ra.start, m + cap);
-  /* A page at or past the marker: counted (new window), nothing to pull. */
+  /* The reader still waits before the marker taken early: the new
+   * window counts late (boost 2), but no marker is pulled again, or the
+   * stream would run a window further ahead at every wait.
+   */
+  ck_assert_uint_eq (ra_late (&s->ra, &s->p, m - 3), RA_NO_MARKER);
+  ck_assert_uint_eq (s->ra.ad.late_events, 2);
+  ck_assert_uint_eq (s->ra.ad.boost, 2);
+  /* Same window again: not counted. */
   ck_assert_uint_eq (ra_late (&s->ra, &s->p, s->ra.start), RA_NO_MARKER);
   ck_assert_uint_eq (s->ra.ad.late_events, 2);
+  /* A late event after waste undoes a waste step before growing. */
+  s->ra.ad.shrink = 2;
+  s->ra.start += 1;             /* as if a new window */
+  ra_late (&s->ra, &s->p, s->ra.start - 1);
+  ck_assert_uint_eq (s->ra.ad.shrink, 1);
+  ck_assert_uint_eq (s->ra.ad.boost, 2);
   free (s);
 }
 END_TEST
