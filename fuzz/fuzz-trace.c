@@ -88,7 +88,7 @@ replay (uint64_t h)
   uint64_t io_max = io_pages[(h >> 16) % 3] << shift;
   uint64_t cache_size = cache_pages[(h >> 24) % 4] << shift;
   uint64_t export_size, pages = 0, before;
-  struct ra_params p;
+  struct ra_params p = { 0 };
   size_t nstreams, i;
 
   for (i = 0; i < t.nr; i++) {

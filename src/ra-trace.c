@@ -27,6 +27,31 @@
  * The pages of the read in progress are never evicted (in the filter
  * they are in flight or being copied): a read larger than the cache
  * overfills it until the read is done.
+ *
+ * Timing (--latency, --bandwidth, --parallel, --client-gap) and adaptive
+ * mode (--mode adaptive): a discrete-event simulation over a virtual
+ * clock (ns).  There is one client timeline: the reads are replayed one
+ * after another in trace order, whatever their stream, --client-gap
+ * apart.  Each backend read (a batch of ra_submit) is issued at the
+ * clock of its trigger and computed at once, first come first served:
+ * it starts when one of --parallel slots is free (at or after its issue),
+ * its transfer starts after the latency and once the link is free (one
+ * link, transfers serialized on it), and it completes after its bytes /
+ * bandwidth; its pages are ready then.  A client that needs a page not
+ * ready yet waits: the clock moves to its completion.  Reads complete in
+ * order of their completion time as the clock passes them: the backend
+ * model (ra_model_sample, start to completion) learns from them and
+ * their pages join the LRU lists (pages in flight cannot be evicted, as
+ * in the filter).  The congestion rule of the filter (ra-congestion=skip)
+ * applies: a window submitted while threshold reads are in flight (issued,
+ * not complete) reads only its sync part.  In adaptive mode each trigger
+ * gets struct ra_inputs as src/cache.c gives them (clock, model estimate,
+ * share of the cache over its markers, the stream's read-ahead pages
+ * evicted unused), and a wait for a page an async part had in flight is
+ * late feedback: ra_late, and an early async trigger at the marker it
+ * names, as src/cache.c late() does (with its congestion condition).
+ * With no latency and no bandwidth limit every read completes at its
+ * issue: the replay is exactly the instant one above.
  */
 
 #include <config.h>
@@ -54,6 +79,12 @@
 #define DEFAULT_RA_MAX     (UINT64_C(4) << 20)
 #define DEFAULT_IO_MAX     (UINT64_C(256) << 10)
 #define DEFAULT_CACHE_SIZE (UINT64_C(64) << 20)
+/* Backend reads at once: the filter's default ra-max-background, which
+ * is also its number of workers.
+ */
+#define DEFAULT_PARALLEL   12u
+/* --latency and --client-gap: at most an hour. */
+#define MAX_TIME_NS        (UINT64_C(3600) * 1000000000)
 
 /* Reads end at most here (NBD offsets are signed 64 bit in nbdkit). */
 #define MAX_END ((uint64_t) INT64_MAX)
@@ -441,8 +472,11 @@ number_streams (struct trace *t, uint64_t **ids_out)
 struct page {
   ra_pgoff index;
   struct page *hnext;           /* hash chain */
-  struct page *lprev, *lnext;   /* LRU list (newest at the head) */
+  struct page *lprev, *lnext;   /* LRU list (newest at the head); NULL
+                                 * while in flight (timed replay) */
   uint64_t stamp;               /* tick when put on its list */
+  uint64_t ready;               /* clock (ns) when its read completes */
+  size_t owner;                 /* stream (dense index) that inserted it */
   bool marker;                  /* carries the marker */
   bool used;                    /* a client read it */
   bool async;                   /* inserted as part of an async part */
@@ -458,6 +492,46 @@ struct counters {
   uint64_t sync_evicted_unused; /* sync part pages likewise */
   uint64_t evicted;
   uint64_t backend_requests, backend_bytes;
+  /* Timing and adaptive mode (printed only with those options). */
+  uint64_t waits;               /* page accesses that waited */
+  uint64_t ahead_waits;         /* ... for a read-ahead page in flight */
+  uint64_t stall_ns;            /* clock time spent waiting */
+  uint64_t late_events;         /* ra_late calls */
+  uint64_t early_triggers;      /* async triggers made early by them */
+  uint64_t congestion_skips;    /* windows whose async part was skipped */
+  uint64_t pages_skipped;       /* its pages */
+  ra_pgoff largest_window;
+};
+
+/* A backend read issued and not complete yet (timed replay). */
+struct backend_read {
+  uint64_t done;                /* completion (ns) */
+  uint64_t seq;                 /* issue order: ties complete in it */
+  uint64_t ns;                  /* start to completion: what the model sees */
+  ra_pgoff start, count;
+};
+
+/* A batch of the window being submitted, before it is issued. */
+struct sim_batch {
+  ra_pgoff start, count;
+  bool async;
+};
+
+/* Per stream, for adaptive mode and the summary. */
+struct stream_info {
+  uint64_t wasted;              /* read-ahead pages evicted unused, not yet
+                                 * handed to the engine */
+  ra_pgoff largest_window;
+  ra_pgoff largest_cap;
+};
+
+/* The timing options (all zero: an instant backend, kernel mode). */
+struct timing {
+  bool adaptive;                /* --mode adaptive */
+  uint64_t latency_ns;          /* --latency */
+  uint64_t bandwidth;           /* --bandwidth, bytes/s; 0 = unlimited */
+  unsigned parallel;            /* --parallel */
+  uint64_t gap_ns;              /* --client-gap */
 };
 
 struct sim {
@@ -472,11 +546,29 @@ struct sim {
   uint64_t tick;
   struct page *free_pages;
   ra_pgoff pin_lo, pin_hi;      /* pages of the read in progress */
+  uint64_t markers;             /* pages carrying the marker */
   struct counters c;
+  /* Timing (sim_set_timing; the defaults of sim_init are instant). */
+  struct timing tm;
+  bool timed;                   /* a latency or a bandwidth limit */
+  bool extended;                /* print the timing columns and lines */
+  unsigned congestion_threshold;
+  uint64_t now;                 /* the clock, ns */
+  uint64_t *slot_free;          /* tm.parallel: when each slot is free */
+  uint64_t link_free;           /* when the link is free */
+  struct backend_read *heap;    /* reads in flight, earliest done first */
+  size_t nheap, heap_alloc;
+  uint64_t seq;
+  struct ra_model model;
+  struct sim_batch *batches;    /* of the window being submitted */
+  size_t nbatches, batches_alloc;
+  struct stream_info *streams;  /* NULL until sim_set_timing */
+  size_t nstreams;
   /* Output. */
   bool quiet;
   uint64_t cur_read;            /* 1-based read number */
   uint64_t cur_stream_id;
+  size_t cur_stream;            /* dense index */
 };
 
 static size_t
@@ -494,6 +586,8 @@ lru_init (struct page *head)
 static void
 lru_unlink (struct page *pg)
 {
+  if (!pg->lprev)               /* in flight: on no list */
+    return;
   pg->lprev->lnext = pg->lnext;
   pg->lnext->lprev = pg->lprev;
   pg->lprev = pg->lnext = NULL;
@@ -547,12 +641,55 @@ sim_init (struct sim *s, const struct ra_params *p, uint64_t cache_pages,
 {
   memset (s, 0, sizeof *s);
   s->p = *p;
+  /* Kernel mode until sim_set_timing says otherwise. */
+  s->p.mode = RA_MODE_KERNEL;
+  s->p.adapt_min = s->p.self_max = 0;
+  s->p.parallel = 0;
   s->page_size = UINT64_C (1) << p->page_shift;
   s->capacity = cache_pages;
   s->quiet = quiet;
   lru_init (&s->unused);
   lru_init (&s->used);
   hash_resize (s, 1024);
+  ra_model_init (&s->model);
+}
+
+/* The timing options, and the adaptive parameters as the filter derives
+ * them: adapt_min 128K, the congestion threshold of ra-max-background =
+ * parallel (3/4 of it, rounded up: 9 for 12) and self_max = threshold - 1
+ * reads of io_max.
+ */
+static void
+sim_set_timing (struct sim *s, const struct timing *tm, size_t nstreams)
+{
+  unsigned thr;
+
+  s->tm = *tm;
+  if (s->tm.parallel == 0)
+    s->tm.parallel = 1;
+  s->timed = tm->latency_ns > 0 || tm->bandwidth > 0;
+  s->extended = s->timed || tm->adaptive || tm->gap_ns > 0;
+  thr = (s->tm.parallel * 3 + 3) / 4;
+  s->congestion_threshold = thr;
+  s->p.mode = tm->adaptive ? RA_MODE_ADAPTIVE : RA_MODE_KERNEL;
+  s->p.adapt_min = RC_ADAPT_MIN_WINDOW >> s->p.page_shift;
+  s->p.self_max = thr > 1 ? (thr - 1) * s->p.io_max : s->p.io_max;
+  s->p.parallel = s->tm.parallel;
+  s->slot_free = xrealloc (NULL, s->tm.parallel * sizeof *s->slot_free);
+  memset (s->slot_free, 0, s->tm.parallel * sizeof *s->slot_free);
+  s->nstreams = nstreams;
+  s->streams = xrealloc (NULL, (nstreams ? nstreams : 1) * sizeof *s->streams);
+  memset (s->streams, 0, (nstreams ? nstreams : 1) * sizeof *s->streams);
+}
+
+/* a + b of the clock; the simulation stops rather than wrap. */
+static uint64_t
+clock_add (uint64_t a, uint64_t b)
+{
+  if (a > UINT64_MAX - b)
+    die ("the simulated clock passes 2^64 ns (584 years): use a smaller "
+         "--latency or --client-gap, or a larger --bandwidth");
+  return a + b;
 }
 
 static struct page *
@@ -581,6 +718,8 @@ remove_page (struct sim *s, struct page *pg)
     pp = &(*pp)->hnext;
   *pp = pg->hnext;
   lru_unlink (pg);
+  if (pg->marker)
+    s->markers--;
   s->count--;
   pg->hnext = s->free_pages;
   s->free_pages = pg;
@@ -588,8 +727,8 @@ remove_page (struct sim *s, struct page *pg)
 
 /* Evict one page by the filter's rule: the oldest unused page if it has
  * waited at least half as long as the oldest used page, else the oldest
- * used page; never a page of the read in progress.  Returns false if
- * nothing can be evicted.
+ * used page; never a page of the read in progress, nor one in flight
+ * (those are on no list).  Returns false if nothing can be evicted.
  */
 static bool
 evict_one (struct sim *s)
@@ -612,8 +751,11 @@ evict_one (struct sim *s)
   if (!victim || pinned (s, victim))
     return false;
   if (!victim->used) {
-    if (victim->async)
+    if (victim->async) {
       s->c.ra_evicted_unused++;
+      if (s->streams && victim->owner < s->nstreams)
+        s->streams[victim->owner].wasted++;
+    }
     else
       s->c.sync_evicted_unused++;
   }
@@ -654,11 +796,25 @@ sub_insert (void *opaque, ra_pgoff index, bool marker, bool async)
   pg->marker = marker;
   pg->used = false;
   pg->async = async;
-  pg->stamp = ++s->tick;
+  pg->owner = s->cur_stream;
   b = bucket_of (s, index);
   pg->hnext = s->buckets[b];
   s->buckets[b] = pg;
-  lru_push (&s->unused, pg);
+  if (s->timed) {
+    /* In flight until its read completes (issue_batch sets the time):
+     * on no list, so not evictable, as in the filter.
+     */
+    pg->ready = UINT64_MAX;
+    pg->stamp = 0;
+    pg->lprev = pg->lnext = NULL;
+  }
+  else {
+    pg->ready = s->now;
+    pg->stamp = ++s->tick;
+    lru_push (&s->unused, pg);
+  }
+  if (marker)
+    s->markers++;
   s->count++;
   if (s->count > s->nbuckets)
     hash_resize (s, 2 * s->nbuckets);
@@ -669,19 +825,23 @@ sub_insert (void *opaque, ra_pgoff index, bool marker, bool async)
   return true;
 }
 
+/* A batch is kept until the window is submitted: the congestion rule may
+ * drop the async ones, then issue_batch issues the others.
+ */
 static void
 sub_batch (void *opaque, ra_pgoff start, ra_pgoff count, bool async)
 {
   struct sim *s = opaque;
-  uint64_t from = start << s->p.page_shift;
-  uint64_t to = (start + count) << s->p.page_shift;
 
-  (void) async;                 /* both parts cost the same here */
-  /* The last page of the export may be partial: read what exists. */
-  if (to > s->p.export_size)
-    to = s->p.export_size;
-  s->c.backend_requests++;
-  s->c.backend_bytes += to > from ? to - from : 0;
+  if (s->nbatches == s->batches_alloc) {
+    s->batches_alloc = s->batches_alloc ? 2 * s->batches_alloc : 64;
+    s->batches = xrealloc (s->batches,
+                           s->batches_alloc * sizeof *s->batches);
+  }
+  s->batches[s->nbatches].start = start;
+  s->batches[s->nbatches].count = count;
+  s->batches[s->nbatches].async = async;
+  s->nbatches++;
 }
 
 static const struct ra_submit_ops submit_ops = {
@@ -698,47 +858,310 @@ use_page (struct sim *s, struct page *pg)
   lru_push (&s->used, pg);
 }
 
+/* ---- the backend (timed replay) ----------------------------------------- */
+
+static bool
+read_before (const struct backend_read *a, const struct backend_read *b)
+{
+  return a->done < b->done || (a->done == b->done && a->seq < b->seq);
+}
+
+static void
+heap_push (struct sim *s, const struct backend_read *r)
+{
+  size_t i;
+
+  if (s->nheap == s->heap_alloc) {
+    s->heap_alloc = s->heap_alloc ? 2 * s->heap_alloc : 64;
+    s->heap = xrealloc (s->heap, s->heap_alloc * sizeof *s->heap);
+  }
+  i = s->nheap++;
+  while (i > 0 && read_before (r, &s->heap[(i - 1) / 2])) {
+    s->heap[i] = s->heap[(i - 1) / 2];
+    i = (i - 1) / 2;
+  }
+  s->heap[i] = *r;
+}
+
+static struct backend_read
+heap_pop (struct sim *s)
+{
+  struct backend_read top = s->heap[0], last = s->heap[--s->nheap];
+  size_t i = 0, n = s->nheap;
+
+  for (;;) {
+    size_t c = 2 * i + 1;
+
+    if (c >= n)
+      break;
+    if (c + 1 < n && read_before (&s->heap[c + 1], &s->heap[c]))
+      c++;
+    if (!read_before (&s->heap[c], &last))
+      break;
+    s->heap[i] = s->heap[c];
+    i = c;
+  }
+  if (n > 0)
+    s->heap[i] = last;
+  return top;
+}
+
+/* A backend read completed: the model learns its time, and its pages
+ * (up to date now) join the unused list.
+ */
+static void
+complete_read (struct sim *s, const struct backend_read *r)
+{
+  ra_pgoff i;
+
+  ra_model_sample (&s->model, r->count, r->ns);
+  for (i = r->start; i < r->start + r->count; i++) {
+    struct page *pg = lookup (s, i);
+
+    if (pg && !pg->lprev && pg->ready == r->done) {
+      pg->stamp = ++s->tick;
+      lru_push (&s->unused, pg);
+    }
+  }
+}
+
+/* Move the clock to t (never back), completing the reads done by then. */
+static void
+set_clock (struct sim *s, uint64_t t)
+{
+  while (s->nheap > 0 && s->heap[0].done <= t) {
+    struct backend_read r = heap_pop (s);
+    complete_read (s, &r);
+  }
+  if (t > s->now)
+    s->now = t;
+}
+
+/* Nanoseconds to move bytes over the link (rounded up). */
+static uint64_t
+transfer_ns (const struct sim *s, uint64_t bytes)
+{
+  unsigned __int128 ns = (unsigned __int128) bytes * 1000000000u;
+
+  ns = (ns + s->tm.bandwidth - 1) / s->tm.bandwidth;
+  return ns > UINT64_MAX ? UINT64_MAX : (uint64_t) ns;
+}
+
+/* Issue a backend read of pages [start, start + count) now. */
+static void
+issue_batch (struct sim *s, ra_pgoff start, ra_pgoff count)
+{
+  uint64_t from = start << s->p.page_shift;
+  uint64_t to = (start + count) << s->p.page_shift;
+  struct backend_read r;
+  uint64_t begin, done;
+  unsigned k, slot = 0;
+  ra_pgoff i;
+
+  /* The last page of the export may be partial: read what exists. */
+  if (to > s->p.export_size)
+    to = s->p.export_size;
+  s->c.backend_requests++;
+  s->c.backend_bytes += to > from ? to - from : 0;
+  if (!s->timed) {              /* instant: up to date already */
+    ra_model_sample (&s->model, count, 0);
+    return;
+  }
+  /* The slot free first; the read starts there, at or after now. */
+  for (k = 1; k < s->tm.parallel; k++)
+    if (s->slot_free[k] < s->slot_free[slot])
+      slot = k;
+  begin = s->slot_free[slot] > s->now ? s->slot_free[slot] : s->now;
+  done = clock_add (begin, s->tm.latency_ns);
+  if (s->tm.bandwidth) {
+    if (done < s->link_free)
+      done = s->link_free;
+    done = clock_add (done, transfer_ns (s, to > from ? to - from : 0));
+    s->link_free = done;
+  }
+  s->slot_free[slot] = done;
+  for (i = start; i < start + count; i++) {
+    struct page *pg = lookup (s, i);
+    if (pg && pg->ready == UINT64_MAX)
+      pg->ready = done;
+  }
+  r.done = done;
+  r.seq = s->seq++;
+  r.ns = done - begin;
+  r.start = start;
+  r.count = count;
+  heap_push (s, &r);
+}
+
+/* Backend reads issued and not complete (the filter's executing +
+ * queued).
+ */
+static size_t
+inflight (const struct sim *s)
+{
+  return s->nheap;
+}
+
+/* The congestion rule dropped a batch: remove its new pages. */
+static ra_pgoff
+drop_pages (struct sim *s, ra_pgoff start, ra_pgoff count)
+{
+  ra_pgoff i, n = 0;
+
+  for (i = start; i < start + count; i++) {
+    struct page *pg = lookup (s, i);
+
+    if (pg && !pg->used && pg->ready == UINT64_MAX) {
+      remove_page (s, pg);
+      s->c.async_inserted--;
+      n++;
+    }
+  }
+  return n;
+}
+
 /* ---- replay ------------------------------------------------------------- */
 
 /* Widths of the window table (see --help and ra-trace(1)). */
 #define ROW_FMT "%7" PRIu64 " %6" PRIu64 " %-7s %-6s %10" PRIu64 " %6" PRIu64 \
-  " %6" PRIu64 " %10s %8" PRIu64 " %7" PRIu64 "\n"
-#define HEAD_FMT "#%6s %6s %-7s %-6s %10s %6s %6s %10s %8s %7s\n"
+  " %6" PRIu64 " %10s %8" PRIu64 " %7" PRIu64
+#define HEAD_FMT "#%6s %6s %-7s %-6s %10s %6s %6s %10s %8s %7s"
 
 static void
-print_table_header (void)
+print_table_header (const struct sim *s)
 {
   printf (HEAD_FMT, "read", "stream", "trigger", "branch", "start", "size",
           "async", "marker", "inserted", "batches");
+  if (s->extended)
+    printf (" %12s", "time_ms");
+  if (s->tm.adaptive)
+    printf (" %6s", "cap");
+  putchar ('\n');
 }
 
+/* What adaptive mode measures, as src/cache.c adaptive_inputs. */
+static void
+adaptive_inputs (struct sim *s, struct ra_inputs *in)
+{
+  in->now_ns = s->now;
+  if (!ra_model_estimate (&s->model, &in->lat_ns, &in->page_ns))
+    in->lat_ns = -1;
+  in->share = ra_fair_share (s->capacity, s->markers);
+  in->wasted = 0;
+  if (s->streams && s->cur_stream < s->nstreams) {
+    in->wasted = s->streams[s->cur_stream].wasted;
+    s->streams[s->cur_stream].wasted = 0;
+  }
+}
+
+/* A trigger at page index of a read ending at page last (req = last -
+ * index); kind is "sync", "async" or "early" (an async trigger made early
+ * by the late feedback).
+ */
 static void
 trigger (struct sim *s, struct ra_state *ra, ra_pgoff index, bool marker,
-         ra_pgoff req)
+         ra_pgoff last, const char *kind)
 {
   struct ra_window w;
   struct ra_submit_result res = { 0, 0, 0 };
+  ra_pgoff dropped = 0;
+  uint64_t issued;
   char mbuf[24];
+  size_t b;
 
-  ra_ondemand (ra, &s->p, &cache_ops, s, index, marker, req, &w);
+  if (s->tm.adaptive) {
+    struct ra_inputs in;
+
+    adaptive_inputs (s, &in);
+    ra_ondemand_at (ra, &s->p, &cache_ops, s, index, marker, last - index,
+                    &in, &w);
+  }
+  else
+    ra_ondemand (ra, &s->p, &cache_ops, s, index, marker, last - index, &w);
+  s->nbatches = 0;
   if (w.size > 0)
     ra_submit (&w, s->p.io_max, &submit_ops, s, &res);
+  /* The filter's congestion rule (ra-congestion=skip, src/cache.c
+   * submit_window): only speculation past the request is dropped.
+   */
+  if (s->timed && res.async_pages > 0 &&
+      inflight (s) >= s->congestion_threshold) {
+    size_t j = 0;
+
+    for (b = 0; b < s->nbatches; b++) {
+      if (s->batches[b].async && s->batches[b].start >= last)
+        dropped += drop_pages (s, s->batches[b].start, s->batches[b].count);
+      else
+        s->batches[j++] = s->batches[b];
+    }
+    s->nbatches = j;
+    ra_drop_async (ra, &w, dropped);
+    if (dropped > 0) {
+      s->c.congestion_skips++;
+      s->c.pages_skipped += dropped;
+    }
+  }
+  issued = s->nbatches;
+  for (b = 0; b < s->nbatches; b++)
+    issue_batch (s, s->batches[b].start, s->batches[b].count);
+  s->nbatches = 0;
+
   if (marker)
     s->c.async_triggers++;
   else
     s->c.sync_triggers++;
   s->c.windows[w.branch < RA_NR_BRANCHES ? w.branch : RA_NONE]++;
+  if (w.size > s->c.largest_window)
+    s->c.largest_window = w.size;
+  if (s->streams && s->cur_stream < s->nstreams) {
+    struct stream_info *si = &s->streams[s->cur_stream];
+
+    if (w.size > si->largest_window)
+      si->largest_window = w.size;
+    if (ra->ad.cap > si->largest_cap)
+      si->largest_cap = ra->ad.cap;
+  }
   if (s->quiet)
     return;
   if (w.marker == RA_NO_MARKER)
     strcpy (mbuf, "-");
   else
     snprintf (mbuf, sizeof mbuf, "%" PRIu64, (uint64_t) w.marker);
-  printf (ROW_FMT, s->cur_read, s->cur_stream_id,
-          marker ? "async" : "sync", ra_branch_name (w.branch),
+  printf (ROW_FMT, s->cur_read, s->cur_stream_id, kind,
+          ra_branch_name (w.branch),
           (uint64_t) w.start, (uint64_t) w.size, (uint64_t) w.async_size,
-          mbuf, (uint64_t) (res.sync_pages + res.async_pages),
-          (uint64_t) res.batches);
+          mbuf, (uint64_t) (res.sync_pages + res.async_pages - dropped),
+          issued);
+  if (s->extended)
+    printf (" %12.3f", (double) s->now / 1e6);
+  if (s->tm.adaptive)
+    printf (" %6" PRIu64, (uint64_t) ra->ad.cap);
+  putchar ('\n');
+}
+
+/* Adaptive mode: the client waited for page index, which an async part
+ * had in flight (src/cache.c late()): the engine counts it and may name
+ * the stream's next marker, which is taken now for an early async
+ * trigger, unless that window's reads would reach the congestion
+ * threshold.
+ */
+static void
+late (struct sim *s, struct ra_state *ra, ra_pgoff index)
+{
+  ra_pgoff m = ra_late (ra, &s->p, index);
+  uint64_t reads = (ra->ad.cap + s->p.io_max - 1) / s->p.io_max;
+  struct page *pg;
+
+  s->c.late_events++;
+  if (m == RA_NO_MARKER || inflight (s) + reads >= s->congestion_threshold)
+    return;
+  pg = lookup (s, m);
+  if (!pg || !pg->marker)
+    return;
+  pg->marker = false;
+  s->markers--;
+  s->c.early_triggers++;
+  trigger (s, ra, m, true, m + 1, "early");
 }
 
 /* The read path of the spec for one client read. */
@@ -752,6 +1175,9 @@ replay_read (struct sim *s, struct ra_state *ra, const struct trace *t,
   ra_pgoff i;
 
   s->cur_stream_id = r->stream_id;
+  s->cur_stream = r->stream;
+  if (s->c.reads > 0 && s->tm.gap_ns > 0)
+    set_clock (s, clock_add (s->now, s->tm.gap_ns));
   s->c.reads++;
   s->c.client_bytes += r->length;
   s->pin_hi = last;
@@ -762,7 +1188,7 @@ replay_read (struct sim *s, struct ra_state *ra, const struct trace *t,
     pg = lookup (s, i);
     if (!pg) {
       s->c.misses++;
-      trigger (s, ra, i, false, last - i);
+      trigger (s, ra, i, false, last, "sync");
       pg = lookup (s, i);
       if (!pg)                  /* the engine failed to read the page */
         line_error (t, r->line, "internal error: page %" PRIu64 " is not "
@@ -773,10 +1199,30 @@ replay_read (struct sim *s, struct ra_state *ra, const struct trace *t,
       s->c.hits++;
     if (pg->marker) {
       pg->marker = false;
-      trigger (s, ra, i, true, last - i);
+      s->markers--;
+      trigger (s, ra, i, true, last, "async");
       pg = lookup (s, i);       /* pinned: still there */
     }
-    use_page (s, pg);
+    if (pg->ready > s->now) {
+      /* In flight: wait for it.  A read-ahead page nobody used yet is
+       * the late case of adaptive mode.
+       */
+      bool ahead = pg->async && !pg->used;
+
+      if (pg->ready == UINT64_MAX)
+        line_error (t, r->line, "internal error: page %" PRIu64 " was "
+                    "never issued", (uint64_t) i);
+      s->c.waits++;
+      if (ahead)
+        s->c.ahead_waits++;
+      s->c.stall_ns += pg->ready - s->now;
+      set_clock (s, pg->ready);
+      use_page (s, pg);
+      if (ahead && s->tm.adaptive)
+        late (s, ra, i);
+    }
+    else
+      use_page (s, pg);
   }
   ra_update_prev_pos (ra, r->offset + r->length);
   s->pin_lo = s->pin_hi = 0;
@@ -800,6 +1246,64 @@ print_kv_pct (const char *key, uint64_t v, uint64_t of, const char *what)
             100.0 * (double) v / (double) of, what);
   else
     print_kv (key, v);
+}
+
+static void
+print_time_kv (const char *key, uint64_t ns)
+{
+  printf ("%-28s %.6f s\n", key, (double) ns / 1e9);
+}
+
+/* The timing and adaptive lines of the summary. */
+static void
+print_timing (const struct sim *s, const struct ra_state *states,
+              const uint64_t *stream_ids)
+{
+  const struct counters *c = &s->c;
+  double lat, page;
+  size_t i;
+
+  print_time_kv ("simulated time:", s->now);
+  if (s->now > 0) {
+    double bps = (double) c->client_bytes * 1e9 / (double) s->now;
+    printf ("%-28s %.0f bytes/s (%.2f MB/s)\n", "client throughput:", bps,
+            bps / 1e6);
+  }
+  else
+    printf ("%-28s -\n", "client throughput:");
+  if (s->now > 0)
+    printf ("%-28s %.6f s (%.1f%% of simulated time)\n", "stall time:",
+            (double) c->stall_ns / 1e9,
+            100.0 * (double) c->stall_ns / (double) s->now);
+  else
+    print_time_kv ("stall time:", c->stall_ns);
+  print_kv ("page waits:", c->waits);
+  print_kv ("page waits on read ahead:", c->ahead_waits);
+  print_kv ("congestion skips:", c->congestion_skips);
+  print_kv ("pages skipped:", c->pages_skipped);
+  if (ra_model_estimate (&s->model, &lat, &page)) {
+    printf ("%-28s %.0f ns (%.3f ms)\n", "model latency:", lat, lat / 1e6);
+    printf ("%-28s %.1f ns\n", "model cost per page:", page);
+  }
+  else {
+    printf ("%-28s -\n", "model latency:");
+    printf ("%-28s -\n", "model cost per page:");
+  }
+  print_kv ("largest window:", c->largest_window);
+  if (!s->tm.adaptive)
+    return;
+  print_kv ("late events:", c->late_events);
+  print_kv ("early triggers:", c->early_triggers);
+  for (i = 0; i < s->nstreams; i++) {
+    char key[48];
+
+    snprintf (key, sizeof key, "stream %" PRIu64 " cap:", stream_ids[i]);
+    printf ("%-28s %" PRIu64 " (largest %" PRIu64 ", largest window %"
+            PRIu64 ", late %" PRIu64 ", waste %" PRIu64 ")\n", key,
+            (uint64_t) states[i].ad.cap, (uint64_t) s->streams[i].largest_cap,
+            (uint64_t) s->streams[i].largest_window,
+            states[i].ad.late_events, states[i].ad.waste_events);
+  }
 }
 
 static void
@@ -881,6 +1385,10 @@ sim_free (struct sim *s)
     s->free_pages = next;
   }
   free (s->buckets);
+  free (s->slot_free);
+  free (s->heap);
+  free (s->batches);
+  free (s->streams);
 }
 
 /* ---- options ------------------------------------------------------------ */
@@ -917,6 +1425,17 @@ usage (FILE *fp)
 "  --export-size=SIZE  export size [the largest size= of the log's Connect\n"
 "                      lines and the end of the last page read, whichever\n"
 "                      is larger]; a read past a given size is an error\n"
+"  --mode=MODE         kernel: ra-max is every stream's largest window (as\n"
+"                      Linux); adaptive: each stream's largest window (its\n"
+"                      cap) follows its measured needs, up to ra-max [kernel]\n"
+"  --latency=TIME      backend read latency: a number and a unit ns, us, ms\n"
+"                      or s (20ms, 1.5ms, 500us), or 0 [0: instant]\n"
+"  --bandwidth=SIZE    bytes per second of the backend link, shared by all\n"
+"                      reads [unlimited]\n"
+"  --parallel=N        backend reads at once, 1 to 256 (the filter's\n"
+"                      ra-max-background) [12]\n"
+"  --client-gap=TIME   time the client spends between two reads [0: it reads\n"
+"                      as fast as the pages arrive]\n"
 "  -q, --quiet         print the summary only\n"
 "  -h, --help          print this help and exit\n"
 "  -V, --version       print the version and exit\n"
@@ -927,6 +1446,23 @@ usage (FILE *fp)
 "to date at once.  Eviction is LRU, unused pages (not read by a client yet)\n"
 "ageing twice as fast as used ones, as in the filter; the pages of the read\n"
 "in progress are never evicted.\n"
+"\n"
+"Timing (--latency or --bandwidth): a simulation over a virtual clock with\n"
+"one client reading the trace in order, --client-gap between reads.  Each\n"
+"backend request (batch) starts when one of --parallel slots is free, first\n"
+"come first served; its transfer starts after the latency once the link is\n"
+"free (transfers are serialized on the link) and lasts bytes / bandwidth;\n"
+"its pages are ready when it ends, and cannot be evicted before.  A client\n"
+"needing a page that is not ready waits for it.  The filter's congestion\n"
+"rule applies: a window submitted while 3/4 of --parallel (rounded up, 9 of\n"
+"12) requests are in flight reads only its sync part.  In adaptive mode the\n"
+"engine is told what the filter tells it: the clock, the latency and cost\n"
+"per page measured over the completed requests, a share of the cache of\n"
+"cache pages / (4 x pages carrying a marker), the\n"
+"stream's read-ahead pages evicted unused; its cap is at least 128K and at most the congestion bound\n"
+"(threshold - 1) x io-max (8 x io-max for 12); a wait for a page read ahead\n"
+"is late feedback, whose early async trigger is made when the window's\n"
+"requests stay below the congestion threshold.\n"
 "\n"
 "Output (stable; columns separated by spaces; lines starting with '#' are\n"
 "headings):\n"
@@ -952,10 +1488,28 @@ usage (FILE *fp)
 "    end), sync part never used, pages evicted, backend requests, backend\n"
 "    bytes, amplification (backend bytes / client bytes, 3 decimals, or -\n"
 "    when the trace has no reads)\n"
+"  With timing (--latency, --bandwidth, --client-gap) or --mode adaptive\n"
+"  also: a third heading line \"# timing: mode=M latency-ns=N bandwidth=N\n"
+"  parallel=N client-gap-ns=N congestion-threshold=N\" (bandwidth 0:\n"
+"  unlimited) and in adaptive mode \"# adaptive, in pages: adapt-min=N\n"
+"  self-max=N\"; in the window table a column time_ms (the clock at the\n"
+"  trigger) and in adaptive mode cap (the stream's cap after the decision,\n"
+"  pages), trigger early (an async trigger made early by late feedback),\n"
+"  and inserted and batches count what was read (not what the congestion\n"
+"  rule skipped); after amplification: simulated time (s), client\n"
+"  throughput (bytes/s), stall time (s), page waits, page waits on read\n"
+"  ahead, congestion skips, pages skipped, model latency (ns), model cost\n"
+"  per page (ns), largest window (pages); in adaptive mode late events,\n"
+"  early triggers and one line per stream \"stream ID cap: CAP (largest N,\n"
+"  largest window N, late N, waste N)\".\n"
 "\n"
 "Example: the worked example of the spec (ra-max 32 pages, 16K reads):\n"
 "  for i in $(seq 0 21); do echo $((i * 16384)) 16384; done |\n"
 "    " PROG " --ra-max=128K --export-size=1G\n"
+"A 20 ms backend, the kernel's window against adaptive windows:\n"
+"  for i in $(seq 0 4095); do echo $((i * 65536)) 65536; done > seq\n"
+"  " PROG " -q --mode=kernel --ra-max=128K --latency=20ms --bandwidth=1G seq\n"
+"  " PROG " -q --mode=adaptive --ra-max=8M --latency=20ms --bandwidth=1G seq\n"
 "Record real traffic and replay it:\n"
 "  nbdkit --filter=log PLUGIN ... logfile=/tmp/nbd.log\n"
 "  " PROG " --ra-max=1M --cache-size=256M /tmp/nbd.log\n"
@@ -980,18 +1534,86 @@ is_pow2 (uint64_t v)
   return v != 0 && (v & (v - 1)) == 0;
 }
 
+/* A duration: "0", or a decimal number (an optional fraction of at most
+ * 9 digits) followed by a unit ns, us, ms or s.  At most max_ns.
+ */
+static bool
+parse_time (const char *arg, uint64_t max_ns, uint64_t *out)
+{
+  static const struct { const char *name; uint64_t ns; } units[] = {
+    { "ns", 1 }, { "us", 1000 }, { "ms", 1000000 }, { "s", 1000000000 },
+  };
+  const char *p = arg;
+  uint64_t whole = 0, frac = 0, scale = 1, v;
+  size_t k, digits = 0;
+
+  if (strcmp (arg, "0") == 0) {
+    *out = 0;
+    return true;
+  }
+  for (; is_digit (*p); p++, digits++) {
+    if (whole > UINT64_C (1000000000000))
+      return false;
+    whole = whole * 10 + (uint64_t) (*p - '0');
+  }
+  if (*p == '.') {
+    size_t fd = 0;
+
+    for (p++; is_digit (*p); p++, fd++) {
+      if (fd == 9)
+        return false;
+      frac = frac * 10 + (uint64_t) (*p - '0');
+      scale *= 10;
+    }
+    if (fd == 0)
+      return false;
+    digits += fd;
+  }
+  if (digits == 0)
+    return false;
+  for (k = 0; k < sizeof units / sizeof units[0]; k++) {
+    if (strcmp (p, units[k].name) != 0)
+      continue;
+    if (whole > max_ns / units[k].ns)
+      return false;
+    v = whole * units[k].ns + (frac * units[k].ns + scale / 2) / scale;
+    if (v > max_ns)
+      return false;
+    *out = v;
+    return true;
+  }
+  return false;
+}
+
+static uint64_t
+time_option (const char *opt, const char *arg)
+{
+  uint64_t v;
+
+  if (!parse_time (arg, MAX_TIME_NS, &v))
+    die ("--%s: '%s' is not a time: a number and a unit ns, us, ms or s "
+         "(such as 20ms or 1.5ms), or 0; at most 3600s", opt, arg);
+  return v;
+}
+
 #ifndef RA_TRACE_FUZZ
 int
 main (int argc, char *argv[])
 {
   enum { OPT_PAGE_SIZE = 256, OPT_RA_MAX, OPT_IO_MAX, OPT_CACHE_SIZE,
-         OPT_EXPORT_SIZE };
+         OPT_EXPORT_SIZE, OPT_MODE, OPT_LATENCY, OPT_BANDWIDTH, OPT_PARALLEL,
+         OPT_CLIENT_GAP };
   static const struct option long_options[] = {
     { "page-size", required_argument, NULL, OPT_PAGE_SIZE },
     { "ra-max", required_argument, NULL, OPT_RA_MAX },
     { "io-max", required_argument, NULL, OPT_IO_MAX },
     { "cache-size", required_argument, NULL, OPT_CACHE_SIZE },
     { "export-size", required_argument, NULL, OPT_EXPORT_SIZE },
+    { "mode", required_argument, NULL, OPT_MODE },
+    { "latency", required_argument, NULL, OPT_LATENCY },
+    { "bandwidth", required_argument, NULL, OPT_BANDWIDTH },
+    { "parallel", required_argument, NULL, OPT_PARALLEL },
+    { "client-gap", required_argument, NULL, OPT_CLIENT_GAP },
     { "quiet", no_argument, NULL, 'q' },
     { "help", no_argument, NULL, 'h' },
     { "version", no_argument, NULL, 'V' },
@@ -1001,6 +1623,8 @@ main (int argc, char *argv[])
   uint64_t io_max = DEFAULT_IO_MAX, cache_size = DEFAULT_CACHE_SIZE;
   uint64_t export_size = 0;
   bool have_export_size = false, quiet = false;
+  struct timing tm = { .parallel = DEFAULT_PARALLEL };
+  uint64_t par;
   struct trace t = { 0 };
   struct ra_params p;
   struct ra_state *states;
@@ -1021,6 +1645,29 @@ main (int argc, char *argv[])
     case OPT_EXPORT_SIZE:
       export_size = size_option ("export-size", optarg);
       have_export_size = true;
+      break;
+    case OPT_MODE:
+      if (strcmp (optarg, "kernel") == 0)
+        tm.adaptive = false;
+      else if (strcmp (optarg, "adaptive") == 0)
+        tm.adaptive = true;
+      else
+        die ("--mode: '%s' is neither kernel nor adaptive", optarg);
+      break;
+    case OPT_LATENCY: tm.latency_ns = time_option ("latency", optarg); break;
+    case OPT_CLIENT_GAP: tm.gap_ns = time_option ("client-gap", optarg); break;
+    case OPT_BANDWIDTH:
+      tm.bandwidth = size_option ("bandwidth", optarg);
+      if (tm.bandwidth == 0)
+        die ("--bandwidth: must not be 0 (leave it out for an unlimited "
+             "link)");
+      break;
+    case OPT_PARALLEL:
+      if (!parse_number (optarg, strlen (optarg), &par) || par < 1 ||
+          par > RC_MAX_BACKGROUND)
+        die ("--parallel: '%s' is not a number from 1 to %u", optarg,
+             RC_MAX_BACKGROUND);
+      tm.parallel = (unsigned) par;
       break;
     case 'q': quiet = true; break;
     case 'h': usage (stdout); exit (EXIT_SUCCESS);
@@ -1106,6 +1753,7 @@ main (int argc, char *argv[])
   for (i = 0; i < nstreams; i++)
     ra_state_init (&states[i]);
   sim_init (&s, &p, cache_size >> shift, quiet);
+  sim_set_timing (&s, &tm, nstreams);
 
   printf ("# " PROG ": page-size=%" PRIu64 " ra-max=%" PRIu64
           " io-max=%" PRIu64 " cache-size=%" PRIu64 " export-size=%" PRIu64
@@ -1114,13 +1762,25 @@ main (int argc, char *argv[])
           page_size, ra_max, io_max, (cache_size >> shift) << shift,
           export_size, (uint64_t) p.ra_max, (uint64_t) p.io_max,
           cache_size >> shift, (uint64_t) ra_nr_pages (&p));
+  if (s.extended) {
+    printf ("# timing: mode=%s latency-ns=%" PRIu64 " bandwidth=%" PRIu64
+            " parallel=%u client-gap-ns=%" PRIu64
+            " congestion-threshold=%u\n",
+            tm.adaptive ? "adaptive" : "kernel", tm.latency_ns, tm.bandwidth,
+            tm.parallel, tm.gap_ns, s.congestion_threshold);
+    if (tm.adaptive)
+      printf ("# adaptive, in pages: adapt-min=%" PRIu64 " self-max=%" PRIu64
+              "\n", (uint64_t) s.p.adapt_min, (uint64_t) s.p.self_max);
+  }
   if (!quiet)
-    print_table_header ();
+    print_table_header (&s);
   for (i = 0; i < t.nr; i++) {
     s.cur_read = i + 1;
     replay_read (&s, &states[t.reads[i].stream], &t, &t.reads[i]);
   }
   print_summary (&s, nstreams);
+  if (s.extended)
+    print_timing (&s, states, stream_ids);
 
   sim_free (&s);
   free (states);

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # ra-trace, through the command: the spec's worked example exactly, G then
 # E for a first read at a non-zero offset, two interleaved streams on one
-# stream id reaching full-size branch C windows, separate stream ids,
-# nbdkit log filter lines from a real log (nbdkit --filter=log, read with
-# nbdsh), errors (FILE:LINE, exit 1) and --help.
+# stream id reaching full-size branch C windows, separate stream ids, the
+# timed simulation (kernel and adaptive windows over a 20 ms backend,
+# congestion, a slow client), nbdkit log filter lines from a real log
+# (nbdkit --filter=log, read with nbdsh), errors (FILE:LINE, exit 1) and
+# --help.
 #
 # The log part needs nbdkit and nbdsh with the nbd module; where they are
 # missing the other checks still run and the test then exits 77 (skip).
@@ -229,6 +231,149 @@ expect_error "missing file" "^ra-trace: $tmpdir/none: No such file" "$tmpdir/non
 expect_error "unknown option" "^ra-trace: unknown option '--frobnicate'" --frobnicate
 info "bad input and bad options: clear messages, exit 1"
 
+# ---- timing: a 20 ms backend over a 1 GiB/s link ---------------------------
+# A sequential reader of 64 KiB requests over 256 MiB.  The simulation is
+# deterministic: the bounds below follow from the model, not from the
+# speed of this machine.
+for i in $(seq 0 4095); do echo "$((i * 65536)) 65536"; done > "$tmpdir/seq.trace"
+timed="--latency=20ms --bandwidth=1G"
+
+# check_range WHAT VALUE LOW HIGH: LOW <= VALUE <= HIGH (decimals allowed)
+check_range ()
+{
+  awk -v v="$2" -v lo="$3" -v hi="$4" 'BEGIN { exit !(v + 0 >= lo + 0 && v + 0 <= hi + 0) }' ||
+    fail "$1: $2 is not within [$3, $4]"
+}
+
+# Kernel mode, ra-max 128K: the first window (0/32/16) is two requests
+# issued at 0; the client reads the sync part at 20 ms + 64K / 1 GiB/s =
+# 20.061036 ms and meets the marker there (window 2), then waits for the
+# async part (20.122 ms) and meets window 2's marker at once (window 3).
+"$RA_TRACE" --mode=kernel --ra-max=128K $timed "$tmpdir/seq.trace" > "$tmpdir/k20.out"
+grep -q '^# timing: mode=kernel latency-ns=20000000 bandwidth=1073741824 parallel=12 client-gap-ns=0 congestion-threshold=9$' \
+  "$tmpdir/k20.out" || fail "kernel 20 ms: no or wrong '# timing:' line"
+[ "$(rows "$tmpdir/k20.out" | head -n 3)" = "\
+1 0 sync A 0 32 16 16 32 2 0.000
+2 0 async B 32 32 32 32 32 1 20.061
+3 0 async B 64 32 32 64 32 1 20.122" ] ||
+  fail "kernel 20 ms: first windows: $(rows "$tmpdir/k20.out" | head -n 3)"
+expect_summary "$tmpdir/k20.out" "page misses" 1 "kernel 20 ms"
+expect_summary "$tmpdir/k20.out" "backend bytes" 268435456 "kernel 20 ms"
+expect_summary "$tmpdir/k20.out" "congestion skips" 0 "kernel 20 ms"
+expect_summary "$tmpdir/k20.out" "largest window" 32 "kernel 20 ms"
+# At least one 128K window per 20 ms (+ 1 ms for the transfers), at most
+# two (the next window is triggered when the client reaches the marker,
+# the first page of the current one): 6.2 to 13.1 MB/s.
+kt=$(summary "$tmpdir/k20.out" "client throughput")
+check_range "kernel 20 ms: throughput (bytes/s)" "$kt" \
+  $((131072 * 1000 / 21)) $((2 * 131072 * 1000 / 20))
+check_range "kernel 20 ms: simulated time (s)" "$(summary "$tmpdir/k20.out" "simulated time")" 20 43
+check_range "kernel 20 ms: model latency (ns)" "$(summary "$tmpdir/k20.out" "model latency")" 20000000 21000000
+[ "$(summary "$tmpdir/k20.out" "page waits on read ahead")" -gt 1000 ] ||
+  fail "kernel 20 ms: the 128K windows are not late"
+info "kernel, ra-max 128K, 20 ms: $kt bytes/s"
+
+# Adaptive mode, ra-max 8M: the cap grows past 128K (up to the congestion
+# bound, 8 requests of 256K) and the client is several times faster, yet
+# no faster than the link.
+"$RA_TRACE" --mode=adaptive --ra-max=8M $timed "$tmpdir/seq.trace" > "$tmpdir/a20.out"
+grep -q '^# adaptive, in pages: adapt-min=32 self-max=512$' "$tmpdir/a20.out" ||
+  fail "adaptive 20 ms: no or wrong '# adaptive' line"
+at=$(summary "$tmpdir/a20.out" "client throughput")
+check_range "adaptive 20 ms: throughput (bytes/s)" "$at" "$(awk -v k="$kt" 'BEGIN { print 4 * k }')" 1073741824
+cap=$(summary "$tmpdir/a20.out" "stream 0 cap")
+lates=$(summary "$tmpdir/a20.out" "late events")
+[ "$cap" -gt 32 ] || [ "$lates" -gt 0 ] ||
+  fail "adaptive 20 ms: cap $cap pages and $lates late events"
+check_range "adaptive 20 ms: cap (pages)" "$cap" 33 512
+check_range "adaptive 20 ms: largest window" "$(summary "$tmpdir/a20.out" "largest window")" 33 512
+awk '!/^#/ && NF == 12 && $12 > 512 { exit 1 }' "$tmpdir/a20.out" ||
+  fail "adaptive 20 ms: a cap above the congestion bound (512 pages)"
+expect_summary "$tmpdir/a20.out" "backend bytes" 268435456 "adaptive 20 ms"
+# Every wait for a page read ahead is late feedback.
+[ "$lates" = "$(summary "$tmpdir/a20.out" "page waits on read ahead")" ] ||
+  fail "adaptive 20 ms: $lates late events, $(summary "$tmpdir/a20.out" "page waits on read ahead") waits on read ahead"
+# Deterministic: the same run gives the same output.
+"$RA_TRACE" --mode=adaptive --ra-max=8M $timed "$tmpdir/seq.trace" | cmp -s - "$tmpdir/a20.out" ||
+  fail "adaptive 20 ms: two runs differ"
+info "adaptive, ra-max 8M, 20 ms: $at bytes/s, cap $cap pages, $lates late events"
+
+# Kernel mode with 8M windows of 32 requests of 256K: the congestion rule
+# (9 requests in flight of --parallel 12) skips async parts; with 256
+# slots (threshold 192) it never does.
+"$RA_TRACE" -q --mode=kernel --ra-max=8M $timed "$tmpdir/seq.trace" > "$tmpdir/k8.out"
+[ "$(summary "$tmpdir/k8.out" "congestion skips")" -gt 0 ] ||
+  fail "kernel 8M over 256K requests: no congestion skips"
+"$RA_TRACE" -q --mode=kernel --ra-max=8M --parallel=256 $timed "$tmpdir/seq.trace" > "$tmpdir/k8p.out"
+expect_summary "$tmpdir/k8p.out" "congestion skips" 0 "kernel 8M, --parallel 256"
+grep -q ' congestion-threshold=192$' "$tmpdir/k8p.out" || fail "--parallel 256: threshold is not 192"
+
+# A small cache and two sequential streams (own stream states, reads
+# alternating): once both run, each cap is within the stream's share, a
+# quarter of the cache over the markers (4M with two: 1024 / 8 = 128
+# pages, below ra-max, 512 pages; a stream deciding just after taking its
+# own marker may see only the other's: 1024 / 4 = 256 pages, the bound
+# checked).  Read-ahead pages evicted unused reach the engine as waste
+# events of the stream that read them.
+awk 'BEGIN { for (i = 0; i < 2048; i++) {
+  printf "%d 65536 0\n", i * 65536; printf "%d 65536 1\n", 536870912 + i * 65536 } }' \
+  > "$tmpdir/two.trace"
+for cache in 4M 2M; do
+  "$RA_TRACE" --mode=adaptive --ra-max=$((${cache%M} / 2))M --cache-size=$cache $timed \
+    "$tmpdir/two.trace" > "$tmpdir/share$cache.out"
+  share=$((${cache%M} * 256 / 4))
+  awk -v m=$share '!/^#/ && NF == 12 && $12 > m { exit 1 }' "$tmpdir/share$cache.out" ||
+    fail "cache $cache: a cap above the share ($share pages)"
+  [ "$(summary "$tmpdir/share$cache.out" "early triggers")" -le \
+    "$(summary "$tmpdir/share$cache.out" "late events")" ] ||
+    fail "cache $cache: more early triggers than late events"
+  evicted=$(summary "$tmpdir/share$cache.out" "read ahead evicted unused")
+  waste=$(sed -n 's/^stream [0-9]* cap: .* waste \([0-9]*\))$/\1/p' "$tmpdir/share$cache.out" |
+    awk '{ n += $1 } END { print n + 0 }')
+  if [ "$evicted" -gt 0 ] && ! [ "$waste" -gt 0 ]; then
+    fail "cache $cache: $evicted pages read ahead evicted unused, waste events '$waste'"
+  fi
+done
+
+# One slot (--parallel=1, so a congestion threshold of 1): requests run
+# one after another, each for at least 20 ms, and the client needs every
+# one of them.
+"$RA_TRACE" -q --mode=kernel --ra-max=128K --parallel=1 $timed "$tmpdir/seq.trace" > "$tmpdir/p1.out"
+grep -q ' parallel=1 client-gap-ns=0 congestion-threshold=1$' "$tmpdir/p1.out" ||
+  fail "--parallel 1: threshold is not 1"
+expect_summary "$tmpdir/p1.out" "read ahead unused at end" 0 "--parallel 1"
+check_range "--parallel 1: simulated time (s)" "$(summary "$tmpdir/p1.out" "simulated time")" \
+  "$(awk -v n="$(summary "$tmpdir/p1.out" "backend requests")" 'BEGIN { print n * 0.020 }')" 1000
+
+# A client that spends 1 ms per 64K read over a 1 ms backend: adaptive
+# windows stay below the bound and the client hardly waits: 64K per ms.
+"$RA_TRACE" -q --mode=adaptive --ra-max=8M --latency=1ms --bandwidth=1G \
+  --client-gap=1ms "$tmpdir/seq.trace" > "$tmpdir/gap.out"
+check_range "client gap: throughput" "$(summary "$tmpdir/gap.out" "client throughput")" 64880000 65552000
+check_range "client gap: stall time" "$(summary "$tmpdir/gap.out" "stall time")" 0 0.041
+check_range "client gap: cap" "$(summary "$tmpdir/gap.out" "stream 0 cap")" 32 256
+info "slow client, 1 ms: cap $(summary "$tmpdir/gap.out" "stream 0 cap") pages"
+
+# Latency 0 and no bandwidth limit is the instant replay: the output is
+# exactly that of no timing option at all.
+"$RA_TRACE" --mode=kernel --latency=0 --parallel=3 --ra-max=128K --export-size=1G \
+  "$tmpdir/we.trace" | cmp -s - "$tmpdir/we.out" ||
+  fail "--latency=0 --mode=kernel changes the output"
+
+: > "$tmpdir/in"
+expect_error "latency without unit" \
+  "^ra-trace: --latency: '20' is not a time: a number and a unit ns, us, ms or s" --latency=20
+expect_error "negative latency" "^ra-trace: --latency: '-5ms' is not a time" --latency=-5ms
+expect_error "latency too long" "^ra-trace: --latency: '2h' is not a time" --latency=2h
+expect_error "latency over an hour" "^ra-trace: --latency: '3601s' is not a time" --latency=3601s
+expect_error "client gap" "^ra-trace: --client-gap: '1.ms' is not a time" --client-gap=1.ms
+expect_error "mode" "^ra-trace: --mode: 'linux' is neither kernel nor adaptive" --mode=linux
+expect_error "bandwidth 0" "^ra-trace: --bandwidth: must not be 0" --bandwidth=0
+expect_error "bandwidth" "^ra-trace: --bandwidth: '1Gb/s' is not a size" --bandwidth=1Gb/s
+expect_error "parallel 0" "^ra-trace: --parallel: '0' is not a number from 1 to 256" --parallel=0
+expect_error "parallel 257" "^ra-trace: --parallel: '257' is not a number from 1 to 256" --parallel=257
+info "timing: kernel and adaptive bounds, congestion, bad values"
+
 # ---- --help, --version, and the man page agree ----------------------------
 "$RA_TRACE" --help > "$tmpdir/help.out"
 grep -q '^Usage: ra-trace ' "$tmpdir/help.out" || fail "--help has no usage line"
@@ -241,7 +386,7 @@ for opt in $(grep -Eo -- 'B<--[a-z][a-z-]+' "$POD" | sed 's/^B<//' | sort -u); d
 done
 while IFS= read -r key; do
   grep -qF "$key" "$POD" || fail "summary key '$key' is not documented in $POD"
-done < <(sed -n '/^# summary/,$ s/^\([a-z][a-zA-Z ]*\):.*/\1/p' "$tmpdir/we.out")
+done < <(sed -n '/^# summary/,$ s/^\([a-z][a-zA-Z ]*\):.*/\1/p' "$tmpdir/we.out" "$tmpdir/a20.out")
 info "--help, --version and the man page agree"
 
 # ---- a real log from nbdkit's log filter ----------------------------------
