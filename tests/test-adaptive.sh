@@ -4,10 +4,11 @@
 #
 # 1. The backend model and the cap follow the backend: a sequential
 #    reader over a backend 10 ms away makes the stats show a backend
-#    latency of about 10 ms and a largest window of at least 2M; over a
-#    backend with no added delay the latency is smaller.  (The window
-#    there depends on how fast this machine reads: it is only reported.
-#    tests/unit/test-adaptive.c checks the sizing itself, with a clock.)
+#    latency of at least 10 ms and a largest window of at least 2M; a
+#    backend with no added delay is measured too.  (Its latency and
+#    window depend on how loaded this machine is: they are only
+#    reported.  tests/unit/test-adaptive.c checks the sizing itself, with
+#    a clock.)
 # 2. Kernel mode (ra-mode=kernel) measures and decides none of it.
 # 3. Waste: 64 sequential streams on 8 connections sharing a 32M cache,
 #    over a backend 1 ms away.  Kernel mode with ra-max=8M reads ahead far
@@ -65,10 +66,12 @@ cap_near=$(json "$tmpdir/a_near.json" adapt_last_cap_bytes)
 info "10 ms backend: latency ${lat_far} us, largest window $cap_far; no delay: ${lat_near} us, $cap_near"
 awk -v l="$lat_far" 'BEGIN { exit !(l >= 9000 && l < 1000000) }' ||
   fail "10 ms backend measured at $lat_far us"
-# The delay is a floor; what comes on top (copies, a loaded machine:
-# 11 ms per 1M read was seen under make -j2 check) is in both.
-awk -v f="$lat_far" -v n="$lat_near" 'BEGIN { exit !(n > 0 && n < f) }' ||
-  fail "the backend without delay measured at $lat_near us, the 10 ms one at $lat_far us"
+# The delay is a floor; what comes on top (copies on a loaded machine)
+# can be anything: 11 ms per 1M read from the backend without delay was
+# seen under make -j2 check, 20 ms in the ASan tree, more than the 10 ms
+# backend measured in a quieter moment.  So that one is only measured.
+awk -v n="$lat_near" 'BEGIN { exit !(n > 0) }' ||
+  fail "the backend without delay was not measured ($lat_near us)"
 { [ "$cap_far" -ge $((2 << 20)) ] && [ "$cap_far" -le $((8 << 20)) ]; } ||
   fail "10 ms backend: largest window $cap_far, not within 2M..8M"
 [ "$(json "$tmpdir/a_far.json" async_skipped)" -eq 0 ] ||
