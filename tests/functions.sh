@@ -198,6 +198,47 @@ ra_stat ()
   sed -n "s/.*[ :]$2=\([0-9]*\).*/\1/p" <<<"$line"
 }
 
+# The JSON counters of a front (ra-cache-stats=FILE or the
+# ra-cache-stats-socket): stats_json socket PATH KEY... or stats_json file
+# PATH KEY... prints the values of the KEYs, space separated.
+stats_json ()
+{
+  timeout 15 python3 - "$@" <<'EOF'
+import json, socket, sys
+kind, path, keys = sys.argv[1], sys.argv[2], sys.argv[3:]
+if kind == "socket":
+    s = socket.socket (socket.AF_UNIX)
+    s.settimeout (10)
+    s.connect (path)
+    data = b""
+    while True:
+        b = s.recv (65536)
+        if not b:
+            break
+        data += b
+    d = json.loads (data)
+else:
+    d = json.load (open (path))
+print (" ".join (str (d[k]) for k in keys))
+EOF
+}
+
+# live_stat NAME KEY...: values from the stats socket of running front
+# NAME ($tmpdir/NAME-stats.sock).
+live_stat ()
+{
+  local name=$1; shift
+  stats_json socket "$tmpdir/$name-stats.sock" "$@" ||
+    fail "the stats socket of $name did not answer"
+}
+
+# file_stat FILE KEY...: values from a stats file written at exit.
+file_stat ()
+{
+  local f=$1; shift
+  stats_json file "$f" "$@" || fail "cannot read $* from the stats file $f"
+}
+
 # nbdsh with a timeout: any client command that hangs fails the test.
 nbdsh_t ()
 {

@@ -27,12 +27,6 @@ requires cmp nbdcopy
 BENCH=$top_builddir/ra-bench
 [ -x "$BENCH" ] || fail "ra-bench is not built: $BENCH"
 
-# json FILE KEY: one value of a stats file.
-json ()
-{
-  /usr/bin/python3 -c 'import json, sys; print (json.load (open (sys.argv[1]))[sys.argv[2]])' "$1" "$2"
-}
-
 # run_front NAME BACKEND CLIENT-ARGS -- RA-PARAMS...: a fresh front, one
 # ra-bench run, the front stopped so its stats file is written.
 run_front ()
@@ -57,12 +51,12 @@ start_server near pattern 1G
 # ---- 1. the model and the cap follow the backend -----------------------
 run_front a_far far -p seq -s 64K -d 1 -b 256M --
 run_front a_near near -p seq -s 64K -d 1 -b 256M --
-[ "$(json "$tmpdir/a_far.json" ra_mode)" = adaptive ] ||
+[ "$(file_stat "$tmpdir/a_far.json" ra_mode)" = adaptive ] ||
   fail "the default mode is not adaptive"
-lat_far=$(json "$tmpdir/a_far.json" backend_latency_us)
-lat_near=$(json "$tmpdir/a_near.json" backend_latency_us)
-cap_far=$(json "$tmpdir/a_far.json" adapt_last_cap_bytes)
-cap_near=$(json "$tmpdir/a_near.json" adapt_last_cap_bytes)
+lat_far=$(file_stat "$tmpdir/a_far.json" backend_latency_us)
+lat_near=$(file_stat "$tmpdir/a_near.json" backend_latency_us)
+cap_far=$(file_stat "$tmpdir/a_far.json" adapt_last_cap_bytes)
+cap_near=$(file_stat "$tmpdir/a_near.json" adapt_last_cap_bytes)
 info "10 ms backend: latency ${lat_far} us, largest window $cap_far; no delay: ${lat_near} us, $cap_near"
 awk -v l="$lat_far" 'BEGIN { exit !(l >= 9000 && l < 1000000) }' ||
   fail "10 ms backend measured at $lat_far us"
@@ -74,26 +68,26 @@ awk -v n="$lat_near" 'BEGIN { exit !(n > 0) }' ||
   fail "the backend without delay was not measured ($lat_near us)"
 { [ "$cap_far" -ge $((2 << 20)) ] && [ "$cap_far" -le $((8 << 20)) ]; } ||
   fail "10 ms backend: largest window $cap_far, not within 2M..8M"
-[ "$(json "$tmpdir/a_far.json" async_skipped)" -eq 0 ] ||
+[ "$(file_stat "$tmpdir/a_far.json" async_skipped)" -eq 0 ] ||
   fail "a lone sequential reader congested itself in adaptive mode"
 
 # ---- 2. kernel mode decides none of it ----------------------------------
 run_front k_far far -p seq -s 64K -d 1 -b 64M -- ra-mode=kernel
-[ "$(json "$tmpdir/k_far.json" ra_mode)" = kernel ] || fail "ra-mode=kernel"
+[ "$(file_stat "$tmpdir/k_far.json" ra_mode)" = kernel ] || fail "ra-mode=kernel"
 for key in adapt_late adapt_early_triggers adapt_waste_events \
            adapt_last_cap_bytes; do
-  [ "$(json "$tmpdir/k_far.json" $key)" -eq 0 ] ||
-    fail "kernel mode: $key is $(json "$tmpdir/k_far.json" $key)"
+  [ "$(file_stat "$tmpdir/k_far.json" $key)" -eq 0 ] ||
+    fail "kernel mode: $key is $(file_stat "$tmpdir/k_far.json" $key)"
 done
-[ "$(json "$tmpdir/k_far.json" backend_latency_us)" = 0.0 ] ||
+[ "$(file_stat "$tmpdir/k_far.json" backend_latency_us)" = 0.0 ] ||
   fail "kernel mode measured the backend"
 
 # ---- 3. waste with many streams in a small cache ------------------------
+# waste FILE: pages read ahead and evicted unused / pages read ahead.
 waste ()
 {
-  /usr/bin/python3 -c 'import json, sys
-s = json.load (open (sys.argv[1]))
-print ("%.3f" % (s["ahead_wasted_pages"] / max (1, s["async_pages"])))' "$1"
+  file_stat "$1" ahead_wasted_pages async_pages |
+    awk '{ printf "%.3f\n", $1 / ($2 > 0 ? $2 : 1) }'
 }
 many=(-p interleaved --streams 64 -c 8 -s 64K -d 1 -b 1G)
 start_server ms1 --filter=delay pattern 1G rdelay=1ms
@@ -101,7 +95,7 @@ run_front w_kernel ms1 "${many[@]}" -- ra-mode=kernel ra-cache-size=32M
 run_front w_adaptive ms1 "${many[@]}" -- ra-cache-size=32M
 wk=$(waste "$tmpdir/w_kernel.json")
 wa=$(waste "$tmpdir/w_adaptive.json")
-info "64 streams, 32M cache: evicted unused / read ahead: kernel $wk, adaptive $wa ($(json "$tmpdir/w_adaptive.json" adapt_waste_events) waste events)"
+info "64 streams, 32M cache: evicted unused / read ahead: kernel $wk, adaptive $wa ($(file_stat "$tmpdir/w_adaptive.json" adapt_waste_events) waste events)"
 awk -v a="$wa" -v k="$wk" 'BEGIN { exit !(a < k / 2) }' ||
   fail "adaptive mode wasted $wa of its read-ahead pages (kernel mode $wk)"
 

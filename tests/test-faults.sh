@@ -71,29 +71,7 @@ CLIENT_TIMEOUT=$T                       # run_py's
 STALL=${STALL:-3}
 
 # ---- helpers ---------------------------------------------------------------
-# stats.py SOCKET KEY...: the values of KEYs in the live JSON stats.
-cat > "$tmpdir/stats.py" <<'EOF'
-import json, socket, sys
-s = socket.socket (socket.AF_UNIX)
-s.settimeout (10)
-s.connect (sys.argv[1])
-data = b""
-while True:
-    b = s.recv (65536)
-    if not b:
-        break
-    data += b
-d = json.loads (data)
-print (" ".join (str (d[k]) for k in sys.argv[2:]))
-EOF
-
-# live_stat SERVER KEY...: from the stats socket of a running front.
-live_stat ()
-{
-  local name=$1; shift
-  timeout 15 python3 "$tmpdir/stats.py" "$tmpdir/$name-stats.sock" "$@" ||
-    fail "the stats socket of $name did not answer"
-}
+# live_stat (tests/functions.sh) reads a running front's stats socket.
 
 # settled NAME: wait (up to 15 s) until nothing is in flight in the
 # front: no backend read running or queued, no page in flight.

@@ -61,29 +61,6 @@ cp "$tmpdir/data" "$tmpdir/disk"
 
 start_server back --filter=delay file "$tmpdir/disk" rdelay=1ms
 
-cat > "$tmpdir/stats.py" <<'EOF'
-import json, socket, sys
-s = socket.socket (socket.AF_UNIX)
-s.settimeout (10)
-s.connect (sys.argv[1])
-data = b""
-while True:
-    b = s.recv (65536)
-    if not b:
-        break
-    data += b
-d = json.loads (data)
-print (" ".join (str (d[k]) for k in sys.argv[2:]))
-EOF
-
-# live_stat NAME KEY...: values from a running front's stats socket.
-live_stat ()
-{
-  local name=$1; shift
-  timeout 15 python3 "$tmpdir/stats.py" "$tmpdir/$name-stats.sock" "$@" ||
-    fail "the stats socket of $name did not answer"
-}
-
 # The nbdsh clients: mode "model" (writes, zeroes, trims on its own
 # region, checked against a model) or "reader" (a region nobody writes).
 cat > "$tmpdir/model.py" <<'EOF'
