@@ -69,17 +69,10 @@ rc_cache_new (const struct rc_config *cfg, const struct rc_backend *be,
   c->params.mode = cfg->mode == RC_MODE_ADAPTIVE
     ? RA_MODE_ADAPTIVE : RA_MODE_KERNEL;
   c->params.adapt_min = RC_ADAPT_MIN_WINDOW >> c->params.page_shift;
-  /* The largest window whose reads stay below the congestion threshold
-   * while the previous window's reads are still running: threshold - 1
-   * reads of io_max.
-   */
-  {
-    unsigned thr = cfg->congestion_threshold
-      ? cfg->congestion_threshold : (cfg->max_background * 3 + 3) / 4;
-
-    c->params.self_max = thr > 1 ? (thr - 1) * c->params.io_max
-      : c->params.io_max;
-  }
+  c->params.self_max =
+    ra_self_max (cfg->congestion_threshold ? cfg->congestion_threshold
+                 : rc_default_congestion_threshold (cfg->max_background),
+                 c->params.io_max);
   c->params.parallel = nworkers ? nworkers : 1;
   ra_model_init (&c->model);
   pthread_mutex_init (&c->model_lock, NULL);

@@ -373,7 +373,7 @@ rc_config_check (struct rc_config *c, char *buf, size_t len)
     return buf;
   }
   if (c->congestion_threshold == 0)
-    c->congestion_threshold = (c->max_background * 3 + 3) / 4;
+    c->congestion_threshold = rc_default_congestion_threshold (c->max_background);
   if (c->congestion_threshold > c->max_background) {
     snprintf (buf, len, "ra-congestion-threshold: %u must be from 1 to "
               "ra-max-background (%u)", c->congestion_threshold,

@@ -669,11 +669,11 @@ sim_set_timing (struct sim *s, const struct timing *tm, size_t nstreams)
     s->tm.parallel = 1;
   s->timed = tm->latency_ns > 0 || tm->bandwidth > 0;
   s->extended = s->timed || tm->adaptive || tm->gap_ns > 0;
-  thr = (s->tm.parallel * 3 + 3) / 4;
+  thr = rc_default_congestion_threshold (s->tm.parallel);
   s->congestion_threshold = thr;
   s->p.mode = tm->adaptive ? RA_MODE_ADAPTIVE : RA_MODE_KERNEL;
   s->p.adapt_min = RC_ADAPT_MIN_WINDOW >> s->p.page_shift;
-  s->p.self_max = thr > 1 ? (thr - 1) * s->p.io_max : s->p.io_max;
+  s->p.self_max = ra_self_max (thr, s->p.io_max);
   s->p.parallel = s->tm.parallel;
   s->slot_free = xrealloc (NULL, s->tm.parallel * sizeof *s->slot_free);
   memset (s->slot_free, 0, s->tm.parallel * sizeof *s->slot_free);

@@ -148,6 +148,12 @@ ra_state_init (struct ra_state *ra)
 }
 
 ra_pgoff
+ra_self_max (unsigned threshold, ra_pgoff io_max)
+{
+  return threshold > 1 ? (threshold - 1) * io_max : io_max;
+}
+
+ra_pgoff
 ra_fair_share (uint64_t capacity, uint64_t markers)
 {
   return capacity / (4 * (markers ? markers : 1));

@@ -65,6 +65,15 @@ struct rc_config {
   unsigned stats_interval;    /* seconds between summary log lines, 0 = off */
 };
 
+/* The default ra-congestion-threshold: 3/4 of ra-max-background,
+ * rounded up.
+ */
+static inline unsigned
+rc_default_congestion_threshold (unsigned max_background)
+{
+  return (max_background * 3 + 3) / 4;
+}
+
 enum rc_key_type { RC_KEY_SIZE, RC_KEY_UNSIGNED, RC_KEY_STRING, RC_KEY_ENUM };
 
 struct rc_key {

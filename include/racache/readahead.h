@@ -109,6 +109,13 @@ struct ra_inputs {
                          * since its last decision */
 };
 
+/* Adaptive mode's self_max (struct ra_params) for a congestion threshold
+ * of threshold backend reads: the largest window whose reads stay below
+ * it while the previous window's are still running, threshold - 1
+ * reads of io_max (at least one).
+ */
+ra_pgoff ra_self_max (unsigned threshold, ra_pgoff io_max);
+
 /* Adaptive mode's fair share of a cache of capacity pages (the share
  * in struct ra_inputs), given the pages carrying a marker now (about one
  * per active sequential stream): a quarter of the cache over them, so
