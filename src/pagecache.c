@@ -251,6 +251,16 @@ lookup (struct shard *s, ra_pgoff index)
   return NULL;
 }
 
+/* Take the marker off p (which carries it).  Called with its shard's
+ * lock held.
+ */
+static void
+clear_marker (struct rc_pagecache *pc, struct page *p)
+{
+  p->flags &= ~PF_MARKER;
+  atomic_fetch_sub_explicit (&pc->markers, 1, memory_order_relaxed);
+}
+
 /* Remove p from the shard and free it.  Called with s->lock held. */
 static void
 remove_page (struct rc_pagecache *pc, struct shard *s, struct page *p)
@@ -263,7 +273,7 @@ remove_page (struct rc_pagecache *pc, struct shard *s, struct page *p)
   if (p->lnext)
     lru_unlink (p);
   if (p->flags & PF_MARKER)
-    atomic_fetch_sub_explicit (&pc->markers, 1, memory_order_relaxed);
+    clear_marker (pc, p);
   if (p->state == PAGE_INFLIGHT)
     s->inflight--;
   s->count--;
@@ -568,8 +578,7 @@ rc_pc_access (struct rc_pagecache *pc, ra_pgoff index,
       break;
     }
     if (p->flags & PF_MARKER) {
-      p->flags &= ~PF_MARKER;
-      atomic_fetch_sub_explicit (&pc->markers, 1, memory_order_relaxed);
+      clear_marker (pc, p);
       ret = RC_ACCESS_MARKER;
       break;
     }
@@ -663,8 +672,7 @@ rc_pc_take_marker (struct rc_pagecache *pc, ra_pgoff index)
   ACQUIRE_LOCK (&s->lock);
   p = lookup (s, index);
   if (p && (p->flags & PF_MARKER)) {
-    p->flags &= ~PF_MARKER;
-    atomic_fetch_sub_explicit (&pc->markers, 1, memory_order_relaxed);
+    clear_marker (pc, p);
     r = true;
   }
   RELEASE_LOCK (&s->lock);
