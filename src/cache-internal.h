@@ -34,6 +34,10 @@ struct rc_cache {
   pthread_mutex_t size_lock;
   bool size_set;
 
+  /* Free bounce buffers (src/prefetch.c), each io_max pages. */
+  pthread_mutex_t bounce_lock;
+  char *bounce_free;
+
   /* Adaptive mode: the backend model, fed by every backend read of
    * pages (src/prefetch.c), read at every trigger.
    */
@@ -75,6 +79,12 @@ void rc_queue_job (struct rc_cache *c, ra_pgoff start, ra_pgoff count,
                    bool async, struct rc_wait *wait);
 int rc_backend_read_pages (struct rc_cache *c, void *ctx, ra_pgoff start,
                            ra_pgoff count, int *err);
+/* The same, read straight into dst (a client's buffer, count pages
+ * long but for the end of the export): the pages count as read once.
+ */
+int rc_backend_read_pages_to (struct rc_cache *c, void *ctx, ra_pgoff start,
+                              ra_pgoff count, char *dst, int *err);
+void rc_bounce_free_all (struct rc_cache *c);
 int rc_backend_read_bytes (struct rc_cache *c, void *ctx, void *buf,
                            uint32_t count, uint64_t offset, int *err);
 int rc_backend_read_direct (struct rc_cache *c, void *ctx, void *buf,

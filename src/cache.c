@@ -77,6 +77,7 @@ rc_cache_new (const struct rc_config *cfg, const struct rc_backend *be,
   ra_model_init (&c->model);
   pthread_mutex_init (&c->model_lock, NULL);
   pthread_mutex_init (&c->size_lock, NULL);
+  pthread_mutex_init (&c->bounce_lock, NULL);
   pthread_mutex_init (&c->qlock, NULL);
   pthread_cond_init (&c->qcond, NULL);
   c->sync_tail = &c->sync_head;
@@ -104,6 +105,8 @@ rc_cache_free (struct rc_cache *c)
     return;
   rc_workers_stop (c);
   rc_pc_free (c->pc);
+  rc_bounce_free_all (c);
+  pthread_mutex_destroy (&c->bounce_lock);
   pthread_mutex_destroy (&c->size_lock);
   pthread_mutex_destroy (&c->model_lock);
   pthread_mutex_destroy (&c->qlock);
@@ -191,6 +194,7 @@ struct batch { ra_pgoff start, count; bool async; };
 struct batches {
   struct rc_cache *c;
   bool forced;                  /* NBD_CMD_CACHE */
+  bool random;                  /* a window of branch G */
   unsigned owner;               /* the stream's, 0 for forced */
   unsigned n, cap;
   bool overflow;                /* could not grow: stop inserting */
@@ -203,6 +207,7 @@ batches_init (struct batches *bs, struct rc_cache *c, bool forced)
 {
   bs->c = c;
   bs->forced = forced;
+  bs->random = false;
   bs->owner = 0;
   bs->n = 0;
   bs->cap = INLINE_BATCHES;
@@ -229,7 +234,8 @@ submit_insert (void *opaque, ra_pgoff index, bool marker, bool async)
     return false;
   return rc_pc_insert (bs->c->pc, index, marker,
                        bs->forced ? RC_INSERT_FORCED
-                       : async ? RC_INSERT_AHEAD : RC_INSERT_SYNC,
+                       : async ? RC_INSERT_AHEAD
+                       : bs->random ? RC_INSERT_RANDOM : RC_INSERT_SYNC,
                        bs->owner);
 }
 
@@ -277,6 +283,7 @@ submit_window (struct rc_cache *c, struct ra_state *ra,
   if (w->size == 0)
     return;
   STAT_ADD (&c->stats, windows[w->branch], 1);
+  bs->random = w->branch == RA_G_RANDOM;
   ra_submit (w, c->params.io_max, &submit_ops, bs, &res);
 
   if (ra && res.async_pages > 0 &&
@@ -301,12 +308,41 @@ submit_window (struct rc_cache *c, struct ra_state *ra,
   }
 }
 
+/* The client read a trigger serves.  A sync batch that lies wholly
+ * inside it is read from the backend straight into the client's buffer
+ * and copied into the cache from there: its bytes are copied once, not
+ * through a bounce buffer and back out of the cache.  [done_start,
+ * done_end) are then the pages the client already has.
+ */
+struct client_buf {
+  char *buf;
+  uint64_t offset;
+  uint32_t count;
+  ra_pgoff done_start, done_end;
+};
+
+/* Does batch [start, start + count) lie wholly inside cb's bytes? */
+static bool
+batch_in_client_buf (struct rc_cache *c, const struct client_buf *cb,
+                     ra_pgoff start, ra_pgoff count)
+{
+  unsigned shift = c->params.page_shift;
+  uint64_t from = start << shift, to = (start + count) << shift;
+
+  if (!cb)
+    return false;
+  if (to > c->params.export_size)
+    to = c->params.export_size;
+  return from >= cb->offset && from < to && to <= cb->offset + cb->count;
+}
+
 /* Issue the batches: async ones to the workers, sync ones read now, by
  * this thread and (when there are several) by workers in parallel.
  * Returns 0, or -1 with *err if a sync read failed.
  */
 static int
-issue_batches (struct rc_cache *c, void *ctx, struct batches *bs, int *err)
+issue_batches (struct rc_cache *c, void *ctx, struct batches *bs,
+               struct client_buf *cb, int *err)
 {
   struct rc_wait wait;
   int first = -1, nsync = 0;
@@ -331,8 +367,20 @@ issue_batches (struct rc_cache *c, void *ctx, struct batches *bs, int *err)
         rc_queue_job (c, bs->b[i].start, bs->b[i].count, false, &wait);
   }
   STAT_ADD (&c->stats, sync_pages, bs->b[first].count);
-  r = rc_backend_read_pages (c, ctx, bs->b[first].start,
-                             bs->b[first].count, err);
+  if (batch_in_client_buf (c, cb, bs->b[first].start, bs->b[first].count)) {
+    r = rc_backend_read_pages_to (c, ctx, bs->b[first].start,
+                                  bs->b[first].count,
+                                  cb->buf + ((bs->b[first].start
+                                              << c->params.page_shift)
+                                             - cb->offset), err);
+    if (r == 0) {
+      cb->done_start = bs->b[first].start;
+      cb->done_end = bs->b[first].start + bs->b[first].count;
+    }
+  }
+  else
+    r = rc_backend_read_pages (c, ctx, bs->b[first].start,
+                               bs->b[first].count, err);
   if (nsync > 0) {
     int e = rc_wait_for (&wait);
 
@@ -364,10 +412,13 @@ adaptive_inputs (struct rc_cache *c, struct rc_stream *s,
   in->wasted = rc_pc_take_wasted (c->pc, s->owner);
 }
 
-/* A trigger at page index of a read ending at page last. */
+/* A trigger at page index of a read ending at page last (cb: that
+ * read, or NULL).
+ */
 static int
 trigger (struct rc_cache *c, struct rc_stream *s, void *ctx,
-         ra_pgoff index, bool marker, ra_pgoff last, int *err)
+         ra_pgoff index, bool marker, ra_pgoff last, struct client_buf *cb,
+         int *err)
 {
   struct batches bs;
   struct ra_window w;
@@ -390,7 +441,7 @@ trigger (struct rc_cache *c, struct rc_stream *s, void *ctx,
                            memory_order_relaxed);
   submit_window (c, &s->ra, &w, last, &bs);
   RELEASE_LOCK (&s->lock);
-  r = issue_batches (c, ctx, &bs, err);
+  r = issue_batches (c, ctx, &bs, cb, err);
   batches_free (&bs);
   return r;
 }
@@ -419,7 +470,7 @@ late (struct rc_cache *c, struct rc_stream *s, void *ctx, ra_pgoff index)
       rc_cache_inflight (c) + reads < c->cfg.congestion_threshold &&
       rc_pc_take_marker (c->pc, m)) {
     STAT_ADD (&c->stats, adapt_early, 1);
-    trigger (c, s, ctx, m, true, m + 1, &ignored);
+    trigger (c, s, ctx, m, true, m + 1, NULL, &ignored);
   }
 }
 
@@ -439,7 +490,9 @@ rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
   uint64_t end = offset + count;
   ra_pgoff i = offset >> shift;
   ra_pgoff last = (end + ps - 1) >> shift;
+  ra_pgoff again_page;
   unsigned tries = 0;
+  struct client_buf cb = { .buf = buf, .offset = offset, .count = count };
 
   STAT_ADD (&c->stats, client_reads, 1);
   /* A zero-length read at an unaligned offset names no byte of its page:
@@ -447,6 +500,13 @@ rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
    */
   if (count == 0)
     return 0;
+  /* The page where this stream's previous read ended: reading on in it
+   * is not a second use of the page.
+   */
+  ACQUIRE_LOCK (&s->lock);
+  again_page = s->ra.prev_pos > 0 ? (s->ra.prev_pos - 1) >> shift
+    : RA_NO_MARKER;
+  RELEASE_LOCK (&s->lock);
   while (i < last) {
     uint64_t page_start = i << shift;
     uint64_t from = offset > page_start ? offset : page_start;
@@ -454,8 +514,19 @@ rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
     char *dst = (char *) buf + (from - offset);
     bool waited, waited_ahead;
 
+    if (i == cb.done_start && cb.done_end > i) {
+      /* Read straight into the client's buffer by a sync trigger;
+       * counted as before, the trigger's page a miss and the rest hits.
+       */
+      STAT_ADD (&c->stats, page_hits, cb.done_end - i - (tries > 0));
+      i = cb.done_end;
+      cb.done_end = 0;
+      tries = 0;
+      continue;
+    }
     switch (rc_pc_access (c->pc, i, dst, from - page_start, to - from,
-                          promote, c, &waited, &waited_ahead)) {
+                          i == again_page, promote, c, &waited,
+                          &waited_ahead)) {
     case RC_ACCESS_COPIED:
       if (tries == 0)
         STAT_ADD (&c->stats, page_hits, 1);
@@ -471,7 +542,7 @@ rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
       /* Async trigger; a failure there is not this client's. */
       {
         int ignored;
-        trigger (c, s, ctx, i, true, last, &ignored);
+        trigger (c, s, ctx, i, true, last, &cb, &ignored);
       }
       break;
 
@@ -492,7 +563,7 @@ rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
        * the request, and another page's error is not this client's (it
        * meets that page again, and retries it, if it asked for it).
        */
-      if (trigger (c, s, ctx, i, false, last, err) == -1 &&
+      if (trigger (c, s, ctx, i, false, last, &cb, err) == -1 &&
           !rc_pc_query_ops.cached (c->pc, i))
         return -1;
       break;
@@ -524,7 +595,7 @@ rc_fill (struct rc_cache *c, void *ctx, uint32_t count, uint64_t offset,
 
     batches_init (&bs, c, true);
     submit_window (c, NULL, &w, last, &bs);
-    r = issue_batches (c, ctx, &bs, err);
+    r = issue_batches (c, ctx, &bs, NULL, err);
     /* When the batch list could not grow (out of memory), the rest of
      * the chunk was not inserted: go on from the end of the last batch.
      */

@@ -25,7 +25,11 @@ enum page_flags {
   PF_UNUSED = 2,   /* inserted by a window, no client copied from it yet */
   PF_AHEAD = 8,    /* inserted as part of a window's async part */
   PF_STALE = 4,    /* a write overlapped the read in flight */
+  PF_RANDOM = 16,  /* read at random (branch G): active once used */
 };
+
+/* The list an up to date page is on (in-flight pages are on none). */
+enum page_list { L_NONE = 0, L_UNUSED, L_INACTIVE, L_ACTIVE };
 
 struct page {
   ra_pgoff index;
@@ -34,11 +38,25 @@ struct page {
   uint64_t stamp;                  /* shard tick when last put on a list */
   uint8_t state;
   uint8_t flags;
+  uint8_t list;                    /* enum page_list */
   uint16_t owner;                  /* stream that read it ahead, 0 = none */
   char *data;
 };
 
-#define SLAB_BYTES (UINT64_C (1) << 20)
+/* Page data comes from slabs of this size (or one page, if larger),
+ * aligned to it and mapped with MADV_HUGEPAGE so the kernel may back
+ * them with transparent huge pages: first touch of fresh memory is the
+ * largest cost of a short job, and a huge page roughly halves it.
+ * Shards carve their pages from the slabs in chunks of CHUNK_BYTES.
+ */
+#define SLAB_BYTES (UINT64_C (2) << 20)
+#define CHUNK_BYTES (UINT64_C (64) << 10)
+
+/* Drop-behind: pages a client used once are recycled before fresh
+ * memory is touched, but this many bytes of them (over all shards) are
+ * kept for short-term re-reads.
+ */
+#define INACTIVE_RESERVE_BYTES (UINT64_C (4) << 20)
 
 struct slab {
   struct slab *next;
@@ -55,26 +73,28 @@ struct shard {
   pthread_cond_t ready;            /* a page left the in-flight state */
   struct page **buckets;
   size_t bucket_mask;
-  struct lru unused;               /* read ahead, never used: evict first */
-  struct lru used;                 /* used by a client */
+  /* Up to date pages, most recently used at the head of each list:
+   * unused: inserted by a window, no client has read them yet;
+   * inactive: read once by a client (a stream's pages behind it);
+   * active: read again, read at random (branch G), or forced in by
+   * NBD_CMD_CACHE: the data that earns its place in memory.
+   */
+  struct lru unused, inactive, active;
+  size_t n_inactive;
   size_t count, capacity;
   size_t inflight;
   uint64_t tick;                   /* counts list insertions: page age */
   unsigned waiters;
-  /* Removed pages (struct and data) kept for reuse: allocating fresh
-   * memory for every page read costs page faults and zeroing in the
-   * kernel.  count + free pages never exceed capacity.
+  /* Removed pages (struct and data) kept for reuse: fresh memory costs
+   * a page fault and zeroing in the kernel on first touch.
    */
   struct page *free_pages;
-  /* Page data is carved from slabs mapped with MAP_POPULATE: one
-   * mapping fills a slab's memory at once, where a malloc'd page would
-   * take a page fault (and zeroing) on first use, on the read path.
-   * Slabs together never exceed the shard's capacity.
+  /* Pages that have data (in the table, free, or carved and unused):
+   * never more than capacity.
    */
-  struct slab *slabs;
-  char *slab_next;
-  size_t slab_left;                /* bytes left in the newest slab */
-  size_t slab_bytes;               /* bytes mapped so far */
+  size_t allocated;
+  char *chunk_next;                /* the rest of the shard's chunk */
+  size_t chunk_left;               /* pages */
 } __attribute__ ((aligned (64)));
 
 struct rc_pagecache {
@@ -85,6 +105,15 @@ struct rc_pagecache {
   uint64_t total_capacity;         /* pages, all shards */
   struct rc_stats *stats;
   struct shard *shards;
+  size_t inactive_reserve;         /* pages per shard (drop-behind) */
+  size_t chunk_pages;
+  /* Page data slabs, shared by the shards (mem_lock, taken inside a
+   * shard lock).
+   */
+  pthread_mutex_t mem_lock;
+  struct slab *slabs;
+  char *slab_next;
+  size_t slab_left;                /* bytes left in the newest slab */
   _Atomic uint64_t markers;        /* pages carrying the marker now */
   /* Per stream (owner): its read-ahead pages evicted unused, not yet
    * taken by rc_pc_take_wasted.
@@ -138,6 +167,28 @@ lru_oldest (struct lru *l)
   return l->head.lprev == &l->head ? NULL : l->head.lprev;
 }
 
+static struct lru *
+list_of (struct shard *s, enum page_list l)
+{
+  return l == L_UNUSED ? &s->unused : l == L_INACTIVE ? &s->inactive
+    : &s->active;
+}
+
+/* Put up to date page p at the head of list l, as the newest. */
+static void
+list_put (struct shard *s, struct page *p, enum page_list l)
+{
+  if (p->list == L_INACTIVE)
+    s->n_inactive--;
+  if (p->list != L_NONE)
+    lru_unlink (p);
+  p->list = l;
+  if (l == L_INACTIVE)
+    s->n_inactive++;
+  p->stamp = ++s->tick;
+  lru_push (list_of (s, l), p);
+}
+
 struct rc_pagecache *
 rc_pc_new (uint64_t cache_size, uint32_t page_size, struct rc_stats *stats)
 {
@@ -159,8 +210,10 @@ rc_pc_new (uint64_t cache_size, uint32_t page_size, struct rc_stats *stats)
   pc->nshards = MAX_SHARDS;
   while (pc->nshards > 1 && total_pages / pc->nshards < 64)
     pc->nshards /= 2;
+  pthread_mutex_init (&pc->mem_lock, NULL);
   pc->shards = calloc (pc->nshards, sizeof *pc->shards);
   if (!pc->shards) {
+    pthread_mutex_destroy (&pc->mem_lock);
     free (pc);
     return NULL;
   }
@@ -180,12 +233,18 @@ rc_pc_new (uint64_t cache_size, uint32_t page_size, struct rc_stats *stats)
     }
     s->bucket_mask = nb - 1;
     lru_init (&s->unused);
-    lru_init (&s->used);
+    lru_init (&s->inactive);
+    lru_init (&s->active);
     pthread_mutex_init (&s->lock, NULL);
     pthread_cond_init (&s->ready, NULL);
   }
   pc->nr_pages = 0;
   pc->total_capacity = total_pages;
+  pc->chunk_pages = CHUNK_BYTES > page_size ? CHUNK_BYTES / page_size : 1;
+  /* The reserve of used-once pages: a quarter of a shard at most. */
+  pc->inactive_reserve = INACTIVE_RESERVE_BYTES / page_size / pc->nshards;
+  if (pc->inactive_reserve > pc->shards[0].capacity / 4)
+    pc->inactive_reserve = pc->shards[0].capacity / 4;
   return pc;
 }
 
@@ -214,15 +273,16 @@ rc_pc_free (struct rc_pagecache *pc)
       free (s->free_pages);
       s->free_pages = n;
     }
-    while (s->slabs) {
-      struct slab *n = s->slabs->next;
-      munmap (s->slabs->base, s->slabs->len);
-      free (s->slabs);
-      s->slabs = n;
-    }
     pthread_mutex_destroy (&s->lock);
     pthread_cond_destroy (&s->ready);
   }
+  while (pc->slabs) {
+    struct slab *n = pc->slabs->next;
+    munmap (pc->slabs->base, pc->slabs->len);
+    free (pc->slabs);
+    pc->slabs = n;
+  }
+  pthread_mutex_destroy (&pc->mem_lock);
   free (pc->shards);
   free (pc);
 }
@@ -270,8 +330,11 @@ remove_page (struct rc_pagecache *pc, struct shard *s, struct page *p)
   while (*pp != p)
     pp = &(*pp)->hnext;
   *pp = p->hnext;
-  if (p->lnext)
+  if (p->list == L_INACTIVE)
+    s->n_inactive--;
+  if (p->list != L_NONE)
     lru_unlink (p);
+  p->list = L_NONE;
   if (p->flags & PF_MARKER)
     clear_marker (pc, p);
   if (p->state == PAGE_INFLIGHT)
@@ -282,25 +345,30 @@ remove_page (struct rc_pagecache *pc, struct shard *s, struct page *p)
   s->free_pages = p;
 }
 
-/* Make room for one page.  Called with s->lock held.
+/* Make room for one page in a full shard.  Called with s->lock held.
  *
- * Pages read ahead and never used go first, but a plain "unused first"
- * rule would evict the window a streaming reader is about to consume as
- * soon as the cache is full, and keep the pages it has finished with.
- * So unused pages age twice as fast as used ones: the oldest unused
- * page is evicted if it has waited at least half as long as the oldest
- * used page; speculation that is not consumed in that time is what the
- * cache gives up first, and counts as wasted.
+ * Pages a client has read once (a stream's pages behind it) go first:
+ * a sequential reader rarely comes back to them.  Then pages read ahead
+ * and never used, or active pages, oldest first; but a plain "unused
+ * before active" rule would evict the window a streaming reader is
+ * about to consume as soon as the cache is full of active pages.  So
+ * unused pages age twice as fast as active ones: the oldest unused page
+ * is evicted if it has waited at least half as long as the oldest
+ * active page; speculation that is not consumed in that time is what
+ * the cache gives up, and counts as wasted.
  */
 static bool
 evict_one (struct rc_pagecache *pc, struct shard *s)
 {
   struct page *unused = lru_oldest (&s->unused);
-  struct page *used = lru_oldest (&s->used);
-  struct page *victim;
+  struct page *active = lru_oldest (&s->active);
+  struct page *victim = lru_oldest (&s->inactive);
 
-  if (unused &&
-      (!used || 2 * (s->tick - unused->stamp) >= s->tick - used->stamp)) {
+  if (victim)
+    ;
+  else if (unused &&
+           (!active ||
+            2 * (s->tick - unused->stamp) >= s->tick - active->stamp)) {
     victim = unused;
     if (unused->flags & PF_AHEAD) {
       STAT_ADD (pc->stats, ahead_wasted, 1);
@@ -310,7 +378,7 @@ evict_one (struct rc_pagecache *pc, struct shard *s)
     }
   }
   else
-    victim = used;
+    victim = active;
   if (!victim)
     return false;               /* everything is in flight */
   remove_page (pc, s, victim);
@@ -318,43 +386,94 @@ evict_one (struct rc_pagecache *pc, struct shard *s)
   return true;
 }
 
-/* Carve one page of data for a new page.  Called with s->lock held. */
+/* Bytes for n pages from the shared slabs, or NULL.  Called with a
+ * shard lock held (mem_lock nests inside it).
+ */
 static char *
-slab_alloc (struct rc_pagecache *pc, struct shard *s)
+slab_carve (struct rc_pagecache *pc, size_t bytes)
 {
-  char *data;
+  char *data = NULL;
 
-  if (s->slab_left < pc->page_size) {
-    size_t cap = s->capacity * (size_t) pc->page_size;
-    size_t len = cap - s->slab_bytes;
-    struct slab *sl;
-    void *base;
+  ACQUIRE_LOCK (&pc->mem_lock);
+  if (pc->slab_left < bytes) {
+    size_t len = bytes > SLAB_BYTES ? bytes : SLAB_BYTES;
+    size_t map = len + SLAB_BYTES;
+    struct slab *sl = malloc (sizeof *sl);
+    char *base, *aligned;
 
-    if (len > SLAB_BYTES)
-      len = SLAB_BYTES;
-    if (len < pc->page_size)
-      return NULL;              /* cannot happen: count < capacity */
-    sl = malloc (sizeof *sl);
     if (!sl)
-      return NULL;
-    base = mmap (NULL, len, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+      goto out;
+    /* Map one slab more than needed and trim it to a slab-aligned
+     * range, so that a huge page can back it.
+     */
+    base = mmap (NULL, map, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (base == MAP_FAILED) {
       free (sl);
-      return NULL;
+      goto out;
     }
-    sl->base = base;
+    aligned = (char *) (((uintptr_t) base + SLAB_BYTES - 1)
+                        & ~(uintptr_t) (SLAB_BYTES - 1));
+    if (aligned > base)
+      munmap (base, aligned - base);
+    if (aligned + len < base + map)
+      munmap (aligned + len, base + map - (aligned + len));
+#ifdef MADV_HUGEPAGE
+    madvise (aligned, len, MADV_HUGEPAGE);
+#endif
+    sl->base = aligned;
     sl->len = len;
-    sl->next = s->slabs;
-    s->slabs = sl;
-    s->slab_next = base;
-    s->slab_left = len;
-    s->slab_bytes += len;
+    sl->next = pc->slabs;
+    pc->slabs = sl;
+    pc->slab_next = aligned;
+    pc->slab_left = len;
   }
-  data = s->slab_next;
-  s->slab_next += pc->page_size;
-  s->slab_left -= pc->page_size;
+  data = pc->slab_next;
+  pc->slab_next += bytes;
+  pc->slab_left -= bytes;
+ out:
+  RELEASE_LOCK (&pc->mem_lock);
   return data;
+}
+
+/* A page struct with data for a new page: a free page, or a used-once
+ * page recycled (drop-behind), or fresh memory while the shard is below
+ * its capacity.  The caller has made room (count < capacity).  Called
+ * with s->lock held.
+ */
+static struct page *
+page_alloc (struct rc_pagecache *pc, struct shard *s)
+{
+  struct page *p;
+
+  if (!s->free_pages && s->n_inactive > pc->inactive_reserve) {
+    remove_page (pc, s, lru_oldest (&s->inactive));
+    STAT_ADD (pc->stats, evictions, 1);
+  }
+  if ((p = s->free_pages) != NULL) {
+    s->free_pages = p->hnext;
+    return p;
+  }
+  if (s->chunk_left == 0) {
+    size_t n = s->capacity - s->allocated;
+
+    if (n > pc->chunk_pages)
+      n = pc->chunk_pages;
+    if (n == 0)
+      return NULL;              /* cannot happen: count < capacity */
+    s->chunk_next = slab_carve (pc, n * (size_t) pc->page_size);
+    if (!s->chunk_next)
+      return NULL;
+    s->chunk_left = n;
+    s->allocated += n;
+  }
+  p = malloc (sizeof *p);
+  if (!p)
+    return NULL;
+  p->data = s->chunk_next;
+  s->chunk_next += pc->page_size;
+  s->chunk_left--;
+  return p;
 }
 
 bool
@@ -363,7 +482,6 @@ rc_pc_insert (struct rc_pagecache *pc, ra_pgoff index, bool marker,
 {
   struct shard *s;
   struct page *p;
-  char *data;
   bool ok = false;
 
   if (index >= pc->nr_pages)
@@ -374,26 +492,16 @@ rc_pc_insert (struct rc_pagecache *pc, ra_pgoff index, bool marker,
     goto out;
   if (s->count >= s->capacity && !evict_one (pc, s))
     goto out;
-  if ((p = s->free_pages) != NULL)
-    s->free_pages = p->hnext;
-  else {
-    data = slab_alloc (pc, s);
-    if (!data)
-      goto out;
-    p = malloc (sizeof *p);
-    if (!p) {
-      /* Give the data back to the slab: it was the last carved. */
-      s->slab_next -= pc->page_size;
-      s->slab_left += pc->page_size;
-      goto out;
-    }
-    p->data = data;
-  }
+  p = page_alloc (pc, s);
+  if (!p)
+    goto out;
   p->index = index;
   p->state = PAGE_INFLIGHT;
   p->flags = (marker ? PF_MARKER : 0)
     | (kind == RC_INSERT_FORCED ? 0 : PF_UNUSED)
-    | (kind == RC_INSERT_AHEAD ? PF_AHEAD : 0);
+    | (kind == RC_INSERT_AHEAD ? PF_AHEAD : 0)
+    | (kind == RC_INSERT_RANDOM ? PF_RANDOM : 0);
+  p->list = L_NONE;
   p->owner = (uint16_t) (owner % RC_PC_OWNERS);
   if (marker)
     atomic_fetch_add_explicit (&pc->markers, 1, memory_order_relaxed);
@@ -442,6 +550,7 @@ struct complete_arg {
   const char *buf;
   size_t len;
   int err;
+  bool used;                    /* a client has read them already */
 };
 
 static void
@@ -468,8 +577,15 @@ complete_one (struct rc_pagecache *pc, struct shard *s, ra_pgoff i,
     memset (p->data, 0, pc->page_size);
   p->state = PAGE_UPTODATE;
   s->inflight--;
-  p->stamp = ++s->tick;
-  lru_push ((p->flags & PF_UNUSED) ? &s->unused : &s->used, p);
+  /* Forced pages (NBD_CMD_CACHE) are kept as active: the client said it
+   * will read them.
+   */
+  if (a->used && (p->flags & PF_UNUSED)) {
+    list_put (s, p, (p->flags & PF_RANDOM) ? L_ACTIVE : L_INACTIVE);
+    p->flags &= ~(PF_UNUSED | PF_AHEAD | PF_RANDOM);
+  }
+  else
+    list_put (s, p, (p->flags & PF_UNUSED) ? L_UNUSED : L_ACTIVE);
 }
 
 void
@@ -478,6 +594,16 @@ rc_pc_complete (struct rc_pagecache *pc, ra_pgoff start, ra_pgoff count,
 {
   struct complete_arg a = { .start = start, .buf = buf, .len = len,
                             .err = err };
+
+  for_each_page (pc, start, count, complete_one, &a);
+}
+
+void
+rc_pc_complete_used (struct rc_pagecache *pc, ra_pgoff start,
+                     ra_pgoff count, const char *buf, size_t len)
+{
+  struct complete_arg a = { .start = start, .buf = buf, .len = len,
+                            .used = true };
 
   for_each_page (pc, start, count, complete_one, &a);
 }
@@ -561,7 +687,7 @@ rc_pc_invalidate (struct rc_pagecache *pc, uint64_t offset, uint64_t count)
 
 enum rc_access
 rc_pc_access (struct rc_pagecache *pc, ra_pgoff index,
-              void *dst, uint32_t off, uint32_t len,
+              void *dst, uint32_t off, uint32_t len, bool again,
               void (*before_wait) (void *arg, ra_pgoff index), void *arg,
               bool *waited, bool *waited_ahead)
 {
@@ -583,15 +709,20 @@ rc_pc_access (struct rc_pagecache *pc, ra_pgoff index,
       break;
     }
     if (p->state == PAGE_UPTODATE) {
+      enum page_list to;
+
       memcpy (dst, p->data + off, len);
       if (p->flags & PF_UNUSED) {
         if (p->flags & PF_AHEAD)
           STAT_ADD (pc->stats, ahead_used, 1);
-        p->flags &= ~(PF_UNUSED | PF_AHEAD);
+        to = (p->flags & PF_RANDOM) ? L_ACTIVE : L_INACTIVE;
+        p->flags &= ~(PF_UNUSED | PF_AHEAD | PF_RANDOM);
       }
-      lru_unlink (p);
-      p->stamp = ++s->tick;
-      lru_push (&s->used, p);
+      else if (p->list == L_INACTIVE && !again)
+        to = L_ACTIVE;          /* read again: it earns its place */
+      else
+        to = p->list;
+      list_put (s, p, to);
       ret = RC_ACCESS_COPIED;
       break;
     }

@@ -22,6 +22,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "cache-internal.h"
@@ -121,12 +122,13 @@ rc_backend_read_bytes (struct rc_cache *c, void *ctx, void *buf,
   return r;
 }
 
-/* Read the in-flight pages [start, start + count) and complete them.
- * The caller has already counted this read with inflight_add.
+/* Read the in-flight pages [start, start + count) into buf and complete
+ * them (used: buf is a client's, who has read them).  The caller has
+ * already counted this read with inflight_add.
  */
 static int
-read_pages (struct rc_cache *c, void *ctx, ra_pgoff start, ra_pgoff count,
-            char *buf, int *err)
+read_pages_used (struct rc_cache *c, void *ctx, ra_pgoff start,
+                 ra_pgoff count, char *buf, bool used, int *err)
 {
   unsigned shift = c->params.page_shift;
   uint64_t offset = start << shift;
@@ -155,9 +157,19 @@ read_pages (struct rc_cache *c, void *ctx, ra_pgoff start, ra_pgoff count,
       RELEASE_LOCK (&c->model_lock);
     }
   }
-  rc_pc_complete (c->pc, start, count, buf, len, r == -1 ? *err : 0);
+  if (used && r == 0)
+    rc_pc_complete_used (c->pc, start, count, buf, len);
+  else
+    rc_pc_complete (c->pc, start, count, buf, len, r == -1 ? *err : 0);
   inflight_done (c);
   return r;
+}
+
+static int
+read_pages (struct rc_cache *c, void *ctx, ra_pgoff start, ra_pgoff count,
+            char *buf, int *err)
+{
+  return read_pages_used (c, ctx, start, count, buf, false, err);
 }
 
 /* A read around the cache, straight into a client's buffer: counted in
@@ -175,11 +187,48 @@ rc_backend_read_direct (struct rc_cache *c, void *ctx, void *buf,
   return r;
 }
 
+/* Bounce buffers for the sync reads of client threads, kept for reuse:
+ * a fresh buffer per read costs page faults on every read.  As many
+ * exist as client threads ever read at once.
+ */
+static char *
+bounce_take (struct rc_cache *c)
+{
+  char *b;
+
+  ACQUIRE_LOCK (&c->bounce_lock);
+  b = c->bounce_free;
+  if (b)
+    memcpy (&c->bounce_free, b, sizeof (char *));
+  RELEASE_LOCK (&c->bounce_lock);
+  return b ? b : malloc (c->params.io_max << c->params.page_shift);
+}
+
+static void
+bounce_put (struct rc_cache *c, char *b)
+{
+  ACQUIRE_LOCK (&c->bounce_lock);
+  memcpy (b, &c->bounce_free, sizeof (char *));
+  c->bounce_free = b;
+  RELEASE_LOCK (&c->bounce_lock);
+}
+
+void
+rc_bounce_free_all (struct rc_cache *c)
+{
+  while (c->bounce_free) {
+    char *b = c->bounce_free;
+
+    memcpy (&c->bounce_free, b, sizeof (char *));
+    free (b);
+  }
+}
+
 int
 rc_backend_read_pages (struct rc_cache *c, void *ctx, ra_pgoff start,
                        ra_pgoff count, int *err)
 {
-  char *buf = malloc (count << c->params.page_shift);
+  char *buf = bounce_take (c);
   int r;
 
   if (!buf) {
@@ -189,8 +238,16 @@ rc_backend_read_pages (struct rc_cache *c, void *ctx, ra_pgoff start,
   }
   inflight_add (c);
   r = read_pages (c, ctx, start, count, buf, err);
-  free (buf);
+  bounce_put (c, buf);
   return r;
+}
+
+int
+rc_backend_read_pages_to (struct rc_cache *c, void *ctx, ra_pgoff start,
+                          ra_pgoff count, char *dst, int *err)
+{
+  inflight_add (c);
+  return read_pages_used (c, ctx, start, count, dst, true, err);
 }
 
 static void finish_job (struct rc_cache *c, struct rc_job *j, int r,

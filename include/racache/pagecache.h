@@ -12,14 +12,21 @@
  * backend read.  Memory: at most cache_size bytes of page data (each
  * shard holds at most its share), plus a small struct per page.
  *
- * Eviction is LRU-like and prefetch-aware: up to date pages that were
- * read ahead and never used by a client are evicted before pages a
- * client used, oldest first, and counted as wasted; to keep a streaming
- * reader's next window from being evicted before it is reached, unused
- * pages age twice as fast as used ones rather than being taken at any
- * age (see evict_one in src/pagecache.c).  Pages in flight are not on
- * the LRU lists, so a page in flight (and so any page someone waits
- * for) is never evicted.
+ * Memory and eviction (src/pagecache.c, evict_one and page_alloc).  Up
+ * to date pages are on one of three lists, as the kernel keeps an
+ * inactive and an active list: unused (read by a window, not yet by a
+ * client), inactive (read once by a client: a stream's pages behind
+ * it), active (read again, or read at random, branch G, or forced by
+ * NBD_CMD_CACHE).  Fresh memory is expensive to touch the first time,
+ * so a new page recycles the oldest inactive page (drop-behind) before
+ * it takes fresh memory, keeping only a small reserve of them for
+ * short-term re-reads: a streaming reader turns over a small hot set,
+ * and the cache grows only for data that earns its place.  In a full
+ * shard, inactive pages go first; then unused pages (counted as
+ * wasted) or active ones, oldest first, with unused pages aging twice
+ * as fast so that a streaming reader's next window is not evicted
+ * before it is reached.  Pages in flight are on no list, so a page in
+ * flight (and so any page someone waits for) is never evicted.
  */
 #ifndef RACACHE_PAGECACHE_H
 #define RACACHE_PAGECACHE_H
@@ -48,6 +55,7 @@ enum rc_insert_kind {
   RC_INSERT_SYNC,    /* sync part of a window: evicted first until used */
   RC_INSERT_AHEAD,   /* async part: read ahead; counted used or wasted */
   RC_INSERT_FORCED,  /* NBD_CMD_CACHE: the client said it will need it */
+  RC_INSERT_RANDOM,  /* a random read (branch G): kept as active once read */
 };
 
 /* Streams that own read-ahead pages, for the waste feedback of adaptive
@@ -86,6 +94,12 @@ uint64_t rc_pc_capacity (const struct rc_pagecache *pc);
 void rc_pc_complete (struct rc_pagecache *pc, ra_pgoff start, ra_pgoff count,
                      const char *buf, size_t len, int err);
 
+/* The same, for a successful read that went straight into a client's
+ * buffer: the pages count as read once by that client.
+ */
+void rc_pc_complete_used (struct rc_pagecache *pc, ra_pgoff start,
+                          ra_pgoff count, const char *buf, size_t len);
+
 /* Remove in-flight pages whose read will not be issued (the async part
  * skipped for congestion).  Returns how many were removed.
  */
@@ -98,7 +112,10 @@ enum rc_access {
   RC_ACCESS_MARKER,  /* page carried the marker, now cleared: async trigger */
 };
 
-/* A client reads len bytes at byte off of page index into dst.  If the
+/* A client reads len bytes at byte off of page index into dst.  again:
+ * the read continues on the page where the same stream's previous read
+ * ended, which is not a second use of the page (a page read a second
+ * time moves from the inactive to the active list).  If the
  * page carries the marker, clear it and return RC_ACCESS_MARKER without
  * copying (the caller triggers the next window, then calls again).  If
  * the page is in flight, call before_wait (index) once with no lock
@@ -109,6 +126,7 @@ enum rc_access {
  */
 enum rc_access rc_pc_access (struct rc_pagecache *pc, ra_pgoff index,
                              void *dst, uint32_t off, uint32_t len,
+                             bool again,
                              void (*before_wait) (void *arg, ra_pgoff index),
                              void *arg, bool *waited, bool *waited_ahead);
 

@@ -1349,8 +1349,11 @@ END_TEST
 
 /* ---- eviction --------------------------------------------------------- */
 
-/* Pages read ahead and never used go first, and count as wasted. */
-START_TEST (test_evict_unused_first)
+/* In a full cache, pages a client read once go first; then pages read
+ * ahead and never used (counted as wasted); then active pages (here
+ * pages read at random, branch G), oldest first.
+ */
+START_TEST (test_evict_order)
 {
   const uint64_t P = 4096;
   struct fake f;
@@ -1378,25 +1381,86 @@ START_TEST (test_evict_unused_first)
     rc_stream_free (s);
     n = counts (c);
     ck_assert_uint_le (n.pages, 16);
-    if (k < 8)
-      ck_assert_uint_eq (ST (c, evictions), 0);
-    else {
-      /* Eviction k - 7 took an unused page. */
-      ck_assert_uint_eq (ST (c, evictions), k - 7);
-      ck_assert_uint_eq (ST (c, ahead_wasted), k - 7);
-    }
+    /* Eviction k - 7 took a page read once, 0..3 in order. */
+    ck_assert_uint_eq (ST (c, evictions), k < 8 ? 0 : k - 7);
+    ck_assert_uint_eq (ST (c, ahead_wasted), 0);
+  }
+  for (p = 0; p < 4; p++)
+    ck_assert_msg (!cached (c, p), "used page %" PRIu64 " kept", p);
+  for (p = 4; p < 8; p++)
+    ck_assert_msg (cached (c, p), "unused page %" PRIu64 " evicted", p);
+
+  /* Then pages read ahead and never used go, and count as wasted,
+   * before the (newer) random pages.
+   */
+  for (k = 0; k < 4; k++) {
+    s = rc_stream_new ();
+    RD_OK (c, s, &f, (200 + 3 * k) * P, P);
+    rc_stream_free (s);
+    ck_assert_uint_eq (ST (c, ahead_wasted), k + 1);
   }
   for (p = 4; p < 8; p++)
-    ck_assert_msg (!cached (c, p), "unused page %" PRIu64 " kept", p);
-  for (p = 0; p < 4; p++)
-    ck_assert_msg (cached (c, p), "used page %" PRIu64 " evicted", p);
+    ck_assert (!cached (c, p));
+  ck_assert (cached (c, 100));
 
-  /* Then used pages go, oldest first; nothing more is wasted. */
+  /* Then random pages, oldest first; nothing more is wasted. */
   s = rc_stream_new ();
-  RD_OK (c, s, &f, 200 * P, P);
+  RD_OK (c, s, &f, 300 * P, P);
   rc_stream_free (s);
   ck_assert_uint_eq (ST (c, ahead_wasted), 4);
-  ck_assert (!cached (c, 0));
+  ck_assert (!cached (c, 100));
+  ck_assert (cached (c, 103));
+  free_cache (c, &f);
+  fake_free (&f);
+}
+END_TEST
+
+/* Drop-behind: a sequential reader recycles the pages behind it, so the
+ * cache does not grow to its capacity for data read once; pages read at
+ * random, or read twice, make it grow.
+ */
+START_TEST (test_drop_behind)
+{
+  const uint64_t P = 4096;
+  struct fake f;
+  struct rc_cache *c;
+  struct rc_stream *s;
+  struct rc_pc_counts n;
+  uint64_t off, seed = 11;
+  int i;
+
+  fake_init (&f, 128 * MiB);
+  c = mk_cache (&f, OPTS (.cache = 4 * MiB, .ra_max = 64 * KiB,
+                          .io_max = 64 * KiB));
+  ck_assert_uint_eq (counts (c).capacity, 1024);
+  s = rc_stream_new ();
+  for (off = 0; off < 32 * MiB; off += 16 * KiB)
+    RD_OK (c, s, &f, off, 16 * KiB);
+  ASSERT_IDLE (c);
+  n = counts (c);
+  /* In each of the 16 shards a reserve of 16 pages read once and the
+   * group of 16 pages (one shard's run) read before the reserve was
+   * reached, and windows of 16 pages ahead: far below the capacity.
+   */
+  ck_assert_uint_le (n.pages, 16 * 32 + 32);
+  ck_assert_uint_gt (ST (c, evictions), 0);
+  ck_assert_uint_eq (ST (c, ahead_wasted), 0);
+  rc_stream_free (s);
+
+  /* Reading the tail of the stream again keeps those pages (active). */
+  s = rc_stream_new ();
+  RD_OK (c, s, &f, 32 * MiB - 64 * KiB, 64 * KiB);
+  rc_stream_free (s);
+
+  /* Random reads of pages far from each other grow the cache. */
+  for (i = 0; i < 600; i++) {
+    s = rc_stream_new ();
+    RD_OK (c, s, &f, (40 * MiB / P + (xorshift (&seed) % 4000) * 4) * P, P);
+    rc_stream_free (s);
+  }
+  n = counts (c);
+  ck_assert_uint_gt (n.pages, 16 * 32 + 32 + 300);
+  ck_assert_uint_le (n.pages, 1024);
   free_cache (c, &f);
   fake_free (&f);
 }
@@ -1855,7 +1919,8 @@ cache_suite (void)
   suite_add_tcase (s, tc);
 
   tc = tcase_create ("eviction");
-  tcase_add_test (tc, test_evict_unused_first);
+  tcase_add_test (tc, test_evict_order);
+  tcase_add_test (tc, test_drop_behind);
   tcase_add_test (tc, test_evict_load);
   tcase_set_timeout (tc, 120);
   suite_add_tcase (s, tc);
