@@ -70,6 +70,7 @@ struct rc_stream {
   pthread_mutex_t lock;         /* one connection may read from many threads */
   struct ra_state ra;
   unsigned owner;               /* owner of its read-ahead pages (1..) */
+  ra_pgoff behind;              /* drop-behind: pages before it given back */
 };
 
 /* prefetch.c */

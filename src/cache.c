@@ -169,6 +169,7 @@ rc_stream_new (void)
     return NULL;
   pthread_mutex_init (&s->lock, NULL);
   ra_state_init (&s->ra);
+  s->behind = 0;
   /* Owners 1 .. RC_PC_OWNERS - 1, reused after that many streams: a
    * reused number may hand a new stream an old one's waste once.
    */
@@ -481,6 +482,31 @@ promote (void *arg, ra_pgoff index)
   rc_promote (arg, index);
 }
 
+/* Drop-behind (include/racache/pagecache.h): after a client read of
+ * pages [first, end) (end: the first page not wholly read), the pages
+ * the stream may give back now, [from, *to): B = rc_pc_behind_pages ()
+ * behind them, and from where the stream gave back last, so that its
+ * pages come back in order even when its reads complete out of order
+ * (several in flight).  A read that ends before that point (it waited
+ * while later reads went on, or the stream jumped back) gives back its
+ * own pages only.  Called with s->lock held.
+ */
+static ra_pgoff
+next_behind (struct rc_cache *c, struct rc_stream *s, ra_pgoff first,
+             ra_pgoff end, ra_pgoff *to)
+{
+  ra_pgoff b = rc_pc_behind_pages (c->pc);
+  ra_pgoff lo = first > b ? first - b : 0, hi = end > b ? end - b : 0;
+  ra_pgoff from;
+
+  *to = hi;
+  if (hi <= s->behind)
+    return lo;                  /* a read that completed late, or a jump back */
+  from = s->behind > lo ? s->behind : lo;
+  s->behind = hi;
+  return from;
+}
+
 int
 rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
          void *buf, uint32_t count, uint64_t offset, int *err)
@@ -490,7 +516,7 @@ rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
   uint64_t end = offset + count;
   ra_pgoff i = offset >> shift;
   ra_pgoff last = (end + ps - 1) >> shift;
-  ra_pgoff again_page;
+  ra_pgoff again_page, behind_from, behind_to;
   unsigned tries = 0;
   struct client_buf cb = { .buf = buf, .offset = offset, .count = count };
 
@@ -573,7 +599,10 @@ rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
 
   ACQUIRE_LOCK (&s->lock);
   ra_update_prev_pos (&s->ra, end);
+  behind_from = next_behind (c, s, offset >> shift, end >> shift,
+                             &behind_to);
   RELEASE_LOCK (&s->lock);
+  rc_pc_drop_behind (c->pc, behind_from, behind_to);
   return 0;
 }
 

@@ -47,16 +47,19 @@ struct page {
  * aligned to it and mapped with MADV_HUGEPAGE so the kernel may back
  * them with transparent huge pages: first touch of fresh memory is the
  * largest cost of a short job, and a huge page roughly halves it.
- * Shards carve their pages from the slabs in chunks of CHUNK_BYTES.
  */
 #define SLAB_BYTES (UINT64_C (2) << 20)
-#define CHUNK_BYTES (UINT64_C (64) << 10)
 
-/* Drop-behind: pages a client used once are recycled before fresh
- * memory is touched, but this many bytes of them (over all shards) are
- * kept for short-term re-reads.
+/* Drop-behind has two parts.  A client read gives back, for reuse, the
+ * pages a client read once that lie RC_PC_BEHIND_BYTES behind it
+ * (rc_pc_drop_behind: the pages behind a stream, in the order it read
+ * them).  And whatever leaves pages read once in the cache (a stream
+ * that stopped, unaligned reads) is bounded: with more than this many
+ * bytes of them cached (half the cache at most, and more than a
+ * stream keeps behind it), the oldest of a shard's go when a page of
+ * that shard is read once.
  */
-#define INACTIVE_RESERVE_BYTES (UINT64_C (4) << 20)
+#define INACTIVE_RESERVE_BYTES (UINT64_C (8) << 20)
 
 struct slab {
   struct slab *next;
@@ -80,21 +83,10 @@ struct shard {
    * NBD_CMD_CACHE: the data that earns its place in memory.
    */
   struct lru unused, inactive, active;
-  size_t n_inactive;
   size_t count, capacity;
   size_t inflight;
   uint64_t tick;                   /* counts list insertions: page age */
   unsigned waiters;
-  /* Removed pages (struct and data) kept for reuse: fresh memory costs
-   * a page fault and zeroing in the kernel on first touch.
-   */
-  struct page *free_pages;
-  /* Pages that have data (in the table, free, or carved and unused):
-   * never more than capacity.
-   */
-  size_t allocated;
-  char *chunk_next;                /* the rest of the shard's chunk */
-  size_t chunk_left;               /* pages */
 } __attribute__ ((aligned (64)));
 
 struct rc_pagecache {
@@ -105,12 +97,22 @@ struct rc_pagecache {
   uint64_t total_capacity;         /* pages, all shards */
   struct rc_stats *stats;
   struct shard *shards;
-  size_t inactive_reserve;         /* pages per shard (drop-behind) */
-  size_t chunk_pages;
-  /* Page data slabs, shared by the shards (mem_lock, taken inside a
-   * shard lock).
+  uint64_t inactive_reserve;       /* pages (drop-behind) */
+  uint64_t behind_pages;           /* RC_PC_BEHIND_BYTES in pages */
+  _Atomic uint64_t n_inactive;     /* pages on the inactive lists */
+  /* Memory, shared by the shards (mem_lock, taken inside a shard lock).
+   * Removed pages (struct and data) go to the warm list and are reused
+   * in the order they were removed: their memory has been touched,
+   * where fresh memory costs a page fault and zeroing in the kernel.
+   * First in, first out, because a stream removes the pages behind it
+   * in order: the pages of its next windows then get memory in the
+   * same order, contiguous, and a backend read can go straight into
+   * it (rc_pc_run_data).  data_pages counts the pages ever carved from
+   * the slabs: never more than the capacity.
    */
   pthread_mutex_t mem_lock;
+  struct page *warm, **warm_tail;
+  uint64_t data_pages;
   struct slab *slabs;
   char *slab_next;
   size_t slab_left;                /* bytes left in the newest slab */
@@ -176,15 +178,16 @@ list_of (struct shard *s, enum page_list l)
 
 /* Put up to date page p at the head of list l, as the newest. */
 static void
-list_put (struct shard *s, struct page *p, enum page_list l)
+list_put (struct rc_pagecache *pc, struct shard *s, struct page *p,
+          enum page_list l)
 {
   if (p->list == L_INACTIVE)
-    s->n_inactive--;
+    atomic_fetch_sub_explicit (&pc->n_inactive, 1, memory_order_relaxed);
   if (p->list != L_NONE)
     lru_unlink (p);
   p->list = l;
   if (l == L_INACTIVE)
-    s->n_inactive++;
+    atomic_fetch_add_explicit (&pc->n_inactive, 1, memory_order_relaxed);
   p->stamp = ++s->tick;
   lru_push (list_of (s, l), p);
 }
@@ -211,6 +214,7 @@ rc_pc_new (uint64_t cache_size, uint32_t page_size, struct rc_stats *stats)
   while (pc->nshards > 1 && total_pages / pc->nshards < 64)
     pc->nshards /= 2;
   pthread_mutex_init (&pc->mem_lock, NULL);
+  pc->warm_tail = &pc->warm;
   pc->shards = calloc (pc->nshards, sizeof *pc->shards);
   if (!pc->shards) {
     pthread_mutex_destroy (&pc->mem_lock);
@@ -240,11 +244,12 @@ rc_pc_new (uint64_t cache_size, uint32_t page_size, struct rc_stats *stats)
   }
   pc->nr_pages = 0;
   pc->total_capacity = total_pages;
-  pc->chunk_pages = CHUNK_BYTES > page_size ? CHUNK_BYTES / page_size : 1;
-  /* The reserve of used-once pages: a quarter of a shard at most. */
-  pc->inactive_reserve = INACTIVE_RESERVE_BYTES / page_size / pc->nshards;
-  if (pc->inactive_reserve > pc->shards[0].capacity / 4)
-    pc->inactive_reserve = pc->shards[0].capacity / 4;
+  pc->inactive_reserve = INACTIVE_RESERVE_BYTES / page_size;
+  if (pc->inactive_reserve > total_pages / 2)
+    pc->inactive_reserve = total_pages / 2;
+  pc->behind_pages = RC_PC_BEHIND_BYTES / page_size;
+  if (pc->behind_pages > total_pages / 4)
+    pc->behind_pages = total_pages / 4;
   return pc;
 }
 
@@ -268,13 +273,13 @@ rc_pc_free (struct rc_pagecache *pc)
       }
     }
     free (s->buckets);
-    while (s->free_pages) {
-      struct page *n = s->free_pages->hnext;
-      free (s->free_pages);
-      s->free_pages = n;
-    }
     pthread_mutex_destroy (&s->lock);
     pthread_cond_destroy (&s->ready);
+  }
+  while (pc->warm) {
+    struct page *n = pc->warm->hnext;
+    free (pc->warm);
+    pc->warm = n;
   }
   while (pc->slabs) {
     struct slab *n = pc->slabs->next;
@@ -331,7 +336,7 @@ remove_page (struct rc_pagecache *pc, struct shard *s, struct page *p)
     pp = &(*pp)->hnext;
   *pp = p->hnext;
   if (p->list == L_INACTIVE)
-    s->n_inactive--;
+    atomic_fetch_sub_explicit (&pc->n_inactive, 1, memory_order_relaxed);
   if (p->list != L_NONE)
     lru_unlink (p);
   p->list = L_NONE;
@@ -341,8 +346,30 @@ remove_page (struct rc_pagecache *pc, struct shard *s, struct page *p)
     s->inflight--;
   s->count--;
   STAT_SUB (pc->stats, cache_bytes, pc->page_size);
-  p->hnext = s->free_pages;
-  s->free_pages = p;
+  ACQUIRE_LOCK (&pc->mem_lock);
+  p->hnext = NULL;
+  *pc->warm_tail = p;
+  pc->warm_tail = &p->hnext;
+  RELEASE_LOCK (&pc->mem_lock);
+}
+
+/* Drop-behind: with more pages read once cached than the reserve, give
+ * the oldest of this shard's back for reuse.  Called with s->lock held,
+ * after a page moved to the inactive list.
+ */
+static void
+drop_behind (struct rc_pagecache *pc, struct shard *s)
+{
+  struct page *p;
+
+  if (atomic_load_explicit (&pc->n_inactive, memory_order_relaxed)
+      <= pc->inactive_reserve)
+    return;
+  p = lru_oldest (&s->inactive);
+  if (p) {
+    remove_page (pc, s, p);
+    STAT_ADD (pc->stats, evictions, 1);
+  }
 }
 
 /* Make room for one page in a full shard.  Called with s->lock held.
@@ -386,17 +413,28 @@ evict_one (struct rc_pagecache *pc, struct shard *s)
   return true;
 }
 
-/* Bytes for n pages from the shared slabs, or NULL.  Called with a
- * shard lock held (mem_lock nests inside it).
+/* A page struct with data for a new page: the newest removed page, or
+ * one carved from the slabs while fewer than the capacity have been.
+ * The caller has made room in its shard (count < capacity), so the
+ * warm list is not empty when every page has been carved.  Called with
+ * a shard lock held (mem_lock nests inside it).
  */
-static char *
-slab_carve (struct rc_pagecache *pc, size_t bytes)
+static struct page *
+page_alloc (struct rc_pagecache *pc)
 {
-  char *data = NULL;
+  struct page *p = NULL;
 
   ACQUIRE_LOCK (&pc->mem_lock);
-  if (pc->slab_left < bytes) {
-    size_t len = bytes > SLAB_BYTES ? bytes : SLAB_BYTES;
+  if ((p = pc->warm) != NULL) {
+    pc->warm = p->hnext;
+    if (!pc->warm)
+      pc->warm_tail = &pc->warm;
+    goto out;
+  }
+  if (pc->data_pages >= pc->total_capacity)
+    goto out;                   /* cannot happen, see above */
+  if (pc->slab_left < pc->page_size) {
+    size_t len = pc->page_size > SLAB_BYTES ? pc->page_size : SLAB_BYTES;
     size_t map = len + SLAB_BYTES;
     struct slab *sl = malloc (sizeof *sl);
     char *base, *aligned;
@@ -404,10 +442,11 @@ slab_carve (struct rc_pagecache *pc, size_t bytes)
     if (!sl)
       goto out;
     /* Map one slab more than needed and trim it to a slab-aligned
-     * range, so that a huge page can back it.
+     * range, so that a huge page can back it.  Nothing is touched
+     * here: each page is touched when its first read completes.
      */
     base = mmap (NULL, map, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (base == MAP_FAILED) {
       free (sl);
       goto out;
@@ -428,51 +467,15 @@ slab_carve (struct rc_pagecache *pc, size_t bytes)
     pc->slab_next = aligned;
     pc->slab_left = len;
   }
-  data = pc->slab_next;
-  pc->slab_next += bytes;
-  pc->slab_left -= bytes;
- out:
-  RELEASE_LOCK (&pc->mem_lock);
-  return data;
-}
-
-/* A page struct with data for a new page: a free page, or a used-once
- * page recycled (drop-behind), or fresh memory while the shard is below
- * its capacity.  The caller has made room (count < capacity).  Called
- * with s->lock held.
- */
-static struct page *
-page_alloc (struct rc_pagecache *pc, struct shard *s)
-{
-  struct page *p;
-
-  if (!s->free_pages && s->n_inactive > pc->inactive_reserve) {
-    remove_page (pc, s, lru_oldest (&s->inactive));
-    STAT_ADD (pc->stats, evictions, 1);
-  }
-  if ((p = s->free_pages) != NULL) {
-    s->free_pages = p->hnext;
-    return p;
-  }
-  if (s->chunk_left == 0) {
-    size_t n = s->capacity - s->allocated;
-
-    if (n > pc->chunk_pages)
-      n = pc->chunk_pages;
-    if (n == 0)
-      return NULL;              /* cannot happen: count < capacity */
-    s->chunk_next = slab_carve (pc, n * (size_t) pc->page_size);
-    if (!s->chunk_next)
-      return NULL;
-    s->chunk_left = n;
-    s->allocated += n;
-  }
   p = malloc (sizeof *p);
   if (!p)
-    return NULL;
-  p->data = s->chunk_next;
-  s->chunk_next += pc->page_size;
-  s->chunk_left--;
+    goto out;
+  p->data = pc->slab_next;
+  pc->slab_next += pc->page_size;
+  pc->slab_left -= pc->page_size;
+  pc->data_pages++;
+ out:
+  RELEASE_LOCK (&pc->mem_lock);
   return p;
 }
 
@@ -492,7 +495,7 @@ rc_pc_insert (struct rc_pagecache *pc, ra_pgoff index, bool marker,
     goto out;
   if (s->count >= s->capacity && !evict_one (pc, s))
     goto out;
-  p = page_alloc (pc, s);
+  p = page_alloc (pc);
   if (!p)
     goto out;
   p->index = index;
@@ -569,7 +572,9 @@ complete_one (struct rc_pagecache *pc, struct shard *s, ra_pgoff i,
   }
   if (off < a->len) {
     size_t n = a->len - off < pc->page_size ? a->len - off : pc->page_size;
-    memcpy (p->data, a->buf + off, n);
+    /* The read may have gone straight into the page (rc_pc_run_data). */
+    if (a->buf + off != p->data)
+      memcpy (p->data, a->buf + off, n);
     if (n < pc->page_size)
       memset (p->data + n, 0, pc->page_size - n);
   }
@@ -581,11 +586,12 @@ complete_one (struct rc_pagecache *pc, struct shard *s, ra_pgoff i,
    * will read them.
    */
   if (a->used && (p->flags & PF_UNUSED)) {
-    list_put (s, p, (p->flags & PF_RANDOM) ? L_ACTIVE : L_INACTIVE);
+    list_put (pc, s, p, (p->flags & PF_RANDOM) ? L_ACTIVE : L_INACTIVE);
     p->flags &= ~(PF_UNUSED | PF_AHEAD | PF_RANDOM);
+    drop_behind (pc, s);
   }
   else
-    list_put (s, p, (p->flags & PF_UNUSED) ? L_UNUSED : L_ACTIVE);
+    list_put (pc, s, p, (p->flags & PF_UNUSED) ? L_UNUSED : L_ACTIVE);
 }
 
 void
@@ -606,6 +612,61 @@ rc_pc_complete_used (struct rc_pagecache *pc, ra_pgoff start,
                             .used = true };
 
   for_each_page (pc, start, count, complete_one, &a);
+}
+
+struct run_arg {
+  ra_pgoff start;
+  char *data;                   /* page start's, NULL once not a run */
+};
+
+static void
+run_one (struct rc_pagecache *pc, struct shard *s, ra_pgoff i, void *argv)
+{
+  struct run_arg *a = argv;
+  struct page *p = lookup (s, i);
+
+  if (!a->data)
+    return;
+  if (!p || p->state != PAGE_INFLIGHT)
+    a->data = NULL;             /* cannot happen: in-flight pages stay */
+  else if (i == a->start)
+    a->data = p->data;
+  else if (p->data != a->data + ((size_t) (i - a->start) << pc->page_shift))
+    a->data = NULL;
+}
+
+char *
+rc_pc_run_data (struct rc_pagecache *pc, ra_pgoff start, ra_pgoff count)
+{
+  struct run_arg a = { .start = start, .data = (char *) 1 };
+
+  for_each_page (pc, start, count, run_one, &a);
+  return a.data;
+}
+
+static void
+drop_behind_one (struct rc_pagecache *pc, struct shard *s, ra_pgoff i,
+                 void *argv)
+{
+  struct page *p = lookup (s, i);
+
+  if (p && p->list == L_INACTIVE && !(p->flags & PF_MARKER)) {
+    remove_page (pc, s, p);
+    STAT_ADD (pc->stats, evictions, 1);
+  }
+}
+
+void
+rc_pc_drop_behind (struct rc_pagecache *pc, ra_pgoff from, ra_pgoff to)
+{
+  if (to > from)
+    for_each_page (pc, from, to - from, drop_behind_one, NULL);
+}
+
+ra_pgoff
+rc_pc_behind_pages (const struct rc_pagecache *pc)
+{
+  return pc->behind_pages;
 }
 
 static void
@@ -722,7 +783,9 @@ rc_pc_access (struct rc_pagecache *pc, ra_pgoff index,
         to = L_ACTIVE;          /* read again: it earns its place */
       else
         to = p->list;
-      list_put (s, p, to);
+      list_put (pc, s, p, to);
+      if (to == L_INACTIVE)
+        drop_behind (pc, s);
       ret = RC_ACCESS_COPIED;
       break;
     }
@@ -791,6 +854,9 @@ rc_pc_counts (struct rc_pagecache *pc, struct rc_pc_counts *out)
     }
     RELEASE_LOCK (&s->lock);
   }
+  ACQUIRE_LOCK (&pc->mem_lock);
+  out->memory = pc->data_pages;
+  RELEASE_LOCK (&pc->mem_lock);
 }
 
 bool

@@ -122,6 +122,9 @@ rc_backend_read_bytes (struct rc_cache *c, void *ctx, void *buf,
   return r;
 }
 
+static char *bounce_take (struct rc_cache *c);
+static void bounce_put (struct rc_cache *c, char *b);
+
 /* Read the in-flight pages [start, start + count) into buf and complete
  * them (used: buf is a client's, who has read them).  The caller has
  * already counted this read with inflight_add.
@@ -165,11 +168,35 @@ read_pages_used (struct rc_cache *c, void *ctx, ra_pgoff start,
   return r;
 }
 
+/* Read the in-flight pages [start, start + count): straight into the
+ * pages' memory when it is contiguous (no copy), else into buf (NULL:
+ * a bounce buffer is taken for it) and copied into the pages.
+ */
 static int
 read_pages (struct rc_cache *c, void *ctx, ra_pgoff start, ra_pgoff count,
             char *buf, int *err)
 {
-  return read_pages_used (c, ctx, start, count, buf, false, err);
+  char *run = rc_pc_run_data (c->pc, start, count);
+  char *bounce = NULL;
+  int r;
+
+  if (run) {
+    STAT_ADD (&c->stats, backend_reads_in_place, 1);
+    buf = run;
+  }
+  else if (!buf) {
+    buf = bounce = bounce_take (c);
+    if (!buf) {
+      *err = ENOMEM;
+      rc_pc_complete (c->pc, start, count, NULL, 0, ENOMEM);
+      inflight_done (c);
+      return -1;
+    }
+  }
+  r = read_pages_used (c, ctx, start, count, buf, false, err);
+  if (bounce)
+    bounce_put (c, bounce);
+  return r;
 }
 
 /* A read around the cache, straight into a client's buffer: counted in
@@ -228,24 +255,15 @@ int
 rc_backend_read_pages (struct rc_cache *c, void *ctx, ra_pgoff start,
                        ra_pgoff count, int *err)
 {
-  char *buf = bounce_take (c);
-  int r;
-
-  if (!buf) {
-    *err = ENOMEM;
-    rc_pc_complete (c->pc, start, count, NULL, 0, ENOMEM);
-    return -1;
-  }
   inflight_add (c);
-  r = read_pages (c, ctx, start, count, buf, err);
-  bounce_put (c, buf);
-  return r;
+  return read_pages (c, ctx, start, count, NULL, err);
 }
 
 int
 rc_backend_read_pages_to (struct rc_cache *c, void *ctx, ra_pgoff start,
                           ra_pgoff count, char *dst, int *err)
 {
+  STAT_ADD (&c->stats, backend_reads_in_place, 1);
   inflight_add (c);
   return read_pages_used (c, ctx, start, count, dst, true, err);
 }

@@ -48,6 +48,7 @@ rc_stats_write_json (struct rc_cache *c, FILE *fp)
   fprintf (fp, "  \"backend_reads\": %" PRIu64 ",\n", STAT_GET (st, backend_reads));
   fprintf (fp, "  \"backend_bytes\": %" PRIu64 ",\n", STAT_GET (st, backend_bytes));
   fprintf (fp, "  \"backend_errors\": %" PRIu64 ",\n", STAT_GET (st, backend_errors));
+  fprintf (fp, "  \"backend_reads_in_place\": %" PRIu64 ",\n", STAT_GET (st, backend_reads_in_place));
   fprintf (fp, "  \"direct_reads\": %" PRIu64 ",\n", STAT_GET (st, direct_reads));
   fprintf (fp, "  \"evictions\": %" PRIu64 ",\n", STAT_GET (st, evictions));
   fprintf (fp, "  \"invalidated_pages\": %" PRIu64 ",\n",
@@ -57,6 +58,8 @@ rc_stats_write_json (struct rc_cache *c, FILE *fp)
   fprintf (fp, "  \"cache_pages_inflight\": %" PRIu64 ",\n", pc.inflight);
   fprintf (fp, "  \"cache_pages_unused\": %" PRIu64 ",\n", pc.unused);
   fprintf (fp, "  \"cache_capacity_pages\": %" PRIu64 ",\n", pc.capacity);
+  fprintf (fp, "  \"cache_memory_bytes\": %" PRIu64 ",\n",
+           pc.memory * rc_pc_page_size (rc_cache_pagecache (c)));
   fprintf (fp, "  \"markers_now\": %" PRIu64 ",\n",
            rc_pc_markers (rc_cache_pagecache (c)));
   fprintf (fp, "  \"adapt_late\": %" PRIu64 ",\n", STAT_GET (st, adapt_late));

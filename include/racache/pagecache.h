@@ -94,11 +94,31 @@ uint64_t rc_pc_capacity (const struct rc_pagecache *pc);
 void rc_pc_complete (struct rc_pagecache *pc, ra_pgoff start, ra_pgoff count,
                      const char *buf, size_t len, int err);
 
+/* If the data of the in-flight pages [start, start + count) lie one
+ * after the other in memory, the first page's data: a backend read of
+ * the pages can go straight there (then rc_pc_complete with that as
+ * buf copies nothing).  NULL otherwise.  The pages stay in flight, and
+ * their memory untouched by the cache, until rc_pc_complete.
+ */
+char *rc_pc_run_data (struct rc_pagecache *pc, ra_pgoff start,
+                      ra_pgoff count);
+
 /* The same, for a successful read that went straight into a client's
  * buffer: the pages count as read once by that client.
  */
 void rc_pc_complete_used (struct rc_pagecache *pc, ra_pgoff start,
                           ra_pgoff count, const char *buf, size_t len);
+
+/* Drop-behind: give back, for reuse, the pages among [from, to) that a
+ * client has read once (and not again).  A stream calls it for the
+ * pages rc_pc_behind_pages () behind it, in the order it read them, so
+ * that the memory comes back in that order and the stream's next
+ * windows get it in one piece (rc_pc_run_data).
+ */
+#define RC_PC_BEHIND_BYTES (UINT64_C (1) << 20)
+void rc_pc_drop_behind (struct rc_pagecache *pc, ra_pgoff from, ra_pgoff to);
+/* RC_PC_BEHIND_BYTES in pages (a quarter of the cache at most). */
+ra_pgoff rc_pc_behind_pages (const struct rc_pagecache *pc);
 
 /* Remove in-flight pages whose read will not be issued (the async part
  * skipped for congestion).  Returns how many were removed.
@@ -140,6 +160,7 @@ void rc_pc_invalidate (struct rc_pagecache *pc, uint64_t offset,
 /* Counts for tests and stats. */
 struct rc_pc_counts {
   uint64_t pages, inflight, uptodate, unused, capacity;
+  uint64_t memory;   /* pages of memory the cache has touched (kept) */
 };
 void rc_pc_counts (struct rc_pagecache *pc, struct rc_pc_counts *out);
 

@@ -28,6 +28,7 @@ struct rc_stats {
   _Atomic uint64_t backend_reads;     /* backend read requests */
   _Atomic uint64_t backend_bytes;     /* bytes read from the backend */
   _Atomic uint64_t backend_errors;    /* backend reads that failed */
+  _Atomic uint64_t backend_reads_in_place; /* straight into pages or a client's buffer */
   _Atomic uint64_t direct_reads;      /* reads served around a full cache */
   _Atomic uint64_t evictions;         /* pages evicted to make room */
   _Atomic uint64_t invalidated_pages; /* pages dropped or marked stale by writes */
