@@ -63,8 +63,29 @@ static struct rc_stats_server *stats_server;
 struct handle {
   struct rc_stream *stream;
   bool bypass;                  /* this connection does not use the cache */
-  bool exportname_given;
+  bool other_export;            /* ... because it named another export */
 };
+
+/* The cached export: the canonical name of the default export, as the
+ * next layer first named it to a connecting client (nbdkit resolves a
+ * client's "" to that name before .open, so .open never sees "" from a
+ * client).  Set once; NULL until the first client asked for the default
+ * export.  The workers' contexts open this name too.
+ */
+static pthread_mutex_t export_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *cached_export;
+
+/* The cached export's name, or NULL if not known yet. */
+static const char *
+get_cached_export (void)
+{
+  const char *r;
+
+  ACQUIRE_LOCK (&export_lock);
+  r = cached_export;
+  RELEASE_LOCK (&export_lock);
+  return r;
+}
 
 /* Parameters given on the command line, applied after the file. */
 #define MAX_CMDLINE 32
@@ -82,6 +103,8 @@ static void
 ra_cache_unload (void)
 {
   rc_config_free (&cfg);
+  free (cached_export);
+  cached_export = NULL;
 }
 
 static int
@@ -237,7 +260,11 @@ backend_worker_open (void *opaque)
 
   if (serialize_backend)
     ACQUIRE_LOCK (&backend_lock);
-  next = nbdkit_next_context_open (saved_backend, 1, "", 1);
+  /* The export the cached connections read (see ra_cache_open): a
+   * worker runs its first job after such a connection opened.
+   */
+  next = nbdkit_next_context_open (saved_backend, 1,
+                                   get_cached_export () ?: "", 1);
   /* nbdkit checks every request against the context's export size,
    * which it learns from get_size: ask once, as a connection would.
    */
@@ -379,6 +406,29 @@ ra_cache_cleanup (nbdkit_backend *backend)
     r_;                                                 \
   })
 
+/* nbdkit asks this when a client names "" (and before .open), per
+ * connection: pass the next layer's answer on, and remember the first
+ * answer as the cached export.
+ */
+static const char *
+ra_cache_default_export (nbdkit_next_default_export *next,
+                         nbdkit_backend *nxdata, int readonly, int is_tls)
+{
+  const char *name = next (nxdata, readonly);
+
+  if (name) {
+    ACQUIRE_LOCK (&export_lock);
+    if (!cached_export) {
+      cached_export = strdup (name);
+      if (cached_export)
+        nbdkit_debug ("ra-cache: the cached export is the default "
+                      "export, \"%s\"", name);
+    }
+    RELEASE_LOCK (&export_lock);
+  }
+  return name;
+}
+
 static void *
 ra_cache_open (nbdkit_next_open *next, nbdkit_context *nxdata,
                int readonly, const char *exportname, int is_tls)
@@ -401,11 +451,17 @@ ra_cache_open (nbdkit_next_open *next, nbdkit_context *nxdata,
     free (h);
     return NULL;
   }
-  /* The workers' shared contexts read the default export: a connection
-   * to another export name passes through uncached.
+  /* Only the default export is cached (the workers' contexts read it):
+   * a connection to another export name passes through uncached.  A
+   * client's "" arrives here as the default export's canonical name; ""
+   * itself only from a context without a connection.
    */
-  h->exportname_given = exportname && *exportname;
-  h->bypass = h->exportname_given;
+  if (exportname && *exportname) {
+    const char *def = get_cached_export ();
+
+    h->other_export = !def || strcmp (exportname, def) != 0;
+  }
+  h->bypass = h->other_export;
   return h;
 }
 
@@ -425,8 +481,11 @@ ra_cache_prepare (nbdkit_next *next, void *handle, int readonly)
   int64_t size;
 
   if (h->bypass) {
-    nbdkit_debug ("ra-cache: export name given: this connection "
-                  "is not cached");
+    const char *def = get_cached_export ();
+
+    nbdkit_debug ("ra-cache: this connection asked for another export "
+                  "than the default (\"%s\"): it is not cached",
+                  def ? def : "not known yet");
     return 0;
   }
   if (serialize_backend)
@@ -572,6 +631,7 @@ static struct nbdkit_filter filter = {
   .get_ready         = ra_cache_get_ready,
   .after_fork        = ra_cache_after_fork,
   .cleanup           = ra_cache_cleanup,
+  .default_export    = ra_cache_default_export,
   .open              = ra_cache_open,
   .close             = ra_cache_close,
   .prepare           = ra_cache_prepare,
