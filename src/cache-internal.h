@@ -33,6 +33,7 @@ struct rc_cache {
   struct ra_params params;
   pthread_mutex_t size_lock;
   bool size_set;
+  bool limits_set;              /* rc_cache_set_backend_limits ran */
 
   /* Adaptive mode: the backend model, fed by every backend read of
    * pages (src/prefetch.c), read at every trigger.

@@ -235,11 +235,71 @@ ra_cache_get_ready (int thread_model)
 }
 
 /* The core's backend interface. */
+
+/* Read [offset, offset + count) through context next, which must lie
+ * within next's own export size, in reads that respect next's block
+ * size limits: at most maximum bytes each, and when the backend has a
+ * minimum, widened to whole blocks (through a bounce buffer) except at
+ * the end of the export.
+ */
+static int
+limited_pread (nbdkit_next *next, char *buf, uint32_t count,
+               uint64_t offset, uint64_t size, int *err)
+{
+  uint32_t minimum = 0, preferred = 0, maximum = 0;
+  uint64_t end = offset + count, a, e, p;
+  char *bounce = NULL;
+  int r = 0;
+
+  if (next->block_size (next, &minimum, &preferred, &maximum) == -1) {
+    *err = EIO;
+    return -1;
+  }
+  if (minimum == 0)
+    minimum = 1;
+  if (maximum == 0 || maximum == (uint32_t) -1)
+    maximum = 0xffffffff;
+  maximum -= maximum % minimum;   /* nbdkit's contract; be safe */
+  if (maximum == 0)
+    maximum = minimum;
+
+  a = offset - offset % minimum;
+  e = end % minimum ? end + (minimum - end % minimum) : end;
+  if (e > size)
+    e = size;                   /* a partial last block, as a client's */
+  if (a == offset && e == end && count <= maximum)
+    return next->pread (next, buf, count, offset, 0, err);
+
+  for (p = a; p < e && r == 0; ) {
+    uint32_t len = e - p > maximum ? maximum : (uint32_t) (e - p);
+
+    if (p >= offset && p + len <= end)
+      r = next->pread (next, buf + (p - offset), len, p, 0, err);
+    else {
+      uint64_t from = p > offset ? p : offset;
+      uint64_t to = p + len < end ? p + len : end;
+
+      if (!bounce && !(bounce = malloc (maximum < e - a ? maximum : e - a))) {
+        *err = ENOMEM;
+        r = -1;
+        break;
+      }
+      r = next->pread (next, bounce, len, p, 0, err);
+      if (r == 0)
+        memcpy (buf + (from - offset), bounce + (from - p), to - from);
+    }
+    p += len;
+  }
+  free (bounce);
+  return r;
+}
+
 static int
 backend_pread (void *opaque, void *ctx, void *buf, uint32_t count,
                uint64_t offset, int *err)
 {
   nbdkit_next *next = ctx;
+  int64_t size;
   int r;
 
   if (ra_cache_debug_verbose)
@@ -247,7 +307,13 @@ backend_pread (void *opaque, void *ctx, void *buf, uint32_t count,
                   "%s", count, offset, ctx ? "" : " (no context)");
   if (serialize_backend)
     ACQUIRE_LOCK (&backend_lock);
-  r = next->pread (next, buf, count, offset, 0, err);
+  size = next->get_size (next);
+  if (size == -1) {
+    *err = EIO;
+    r = -1;
+  }
+  else
+    r = limited_pread (next, buf, count, offset, size, err);
   if (serialize_backend)
     RELEASE_LOCK (&backend_lock);
   return r;
@@ -479,6 +545,8 @@ ra_cache_prepare (nbdkit_next *next, void *handle, int readonly)
 {
   struct handle *h = handle;
   int64_t size;
+  uint32_t minimum = 0, preferred = 0, maximum = 0;
+  int r;
 
   if (h->bypass) {
     const char *def = get_cached_export ();
@@ -495,6 +563,14 @@ ra_cache_prepare (nbdkit_next *next, void *handle, int readonly)
     RELEASE_LOCK (&backend_lock);
   if (size == -1)
     return -1;
+  if (serialize_backend)
+    ACQUIRE_LOCK (&backend_lock);
+  r = next->block_size (next, &minimum, &preferred, &maximum);
+  if (serialize_backend)
+    RELEASE_LOCK (&backend_lock);
+  if (r == -1)
+    return -1;
+  rc_cache_set_backend_limits (cache, minimum, preferred, maximum);
   if (rc_cache_set_export_size (cache, size) == -1) {
     nbdkit_debug ("ra-cache: export size %" PRIi64 " differs from the "
                   "cached export's: this connection is not cached", size);
