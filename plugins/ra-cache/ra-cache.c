@@ -307,8 +307,20 @@ backend_pread (void *opaque, void *ctx, void *buf, uint32_t count,
                   "%s", count, offset, ctx ? "" : " (no context)");
   if (serialize_backend)
     ACQUIRE_LOCK (&backend_lock);
+  /* nbdkit asserts that a read lies within the context's export size,
+   * which it learnt when the context connected (cached: no plugin call).
+   * A backend that shrank since the cache took its size, or a context
+   * opened after it shrank, must not be asked past its end.
+   */
   size = next->get_size (next);
-  if (size == -1) {
+  if (size == -1 || offset > (uint64_t) size || count > size - offset) {
+    static bool said;
+
+    if (!__atomic_exchange_n (&said, true, __ATOMIC_RELAXED))
+      nbdkit_debug ("ra-cache: a backend read of %" PRIu32 " bytes at %"
+                    PRIu64 " is past the end of its context's export "
+                    "(%" PRIi64 " bytes): the backend shrank? "
+                    "failing such reads with EIO", count, offset, size);
     *err = EIO;
     r = -1;
   }
