@@ -9,9 +9,13 @@
  * .after_fork), so prefetch needs no client connection.
  *
  * Thread models: when the final thread model is parallel every backend
- * call runs in parallel.  Otherwise (a plugin that serializes requests,
- * such as curl or ssh in nbdkit 1.32, or a sh script) nbdkit serializes
- * the clients' calls but knows nothing of our workers, so every call
+ * call runs in parallel.  With serialize_requests (curl and ssh in nbdkit
+ * 1.32) calls on different contexts may run in parallel and calls on one
+ * context never overlap: a client's context is used by its requests only
+ * and each worker's by that worker only, so no lock either.  With
+ * serialize_all_requests or serialize_connections (a sh script by
+ * default) nbdkit serializes the clients' calls but knows nothing of our
+ * workers, so every call
  * this filter makes into the plugin, from a client or a worker, takes
  * one lock, and so do the plugin's open and the size and can_* queries
  * of a connecting client: prefetch still works, and those calls never
@@ -224,13 +228,25 @@ ra_cache_thread_model (void)
   return NBDKIT_THREAD_MODEL_PARALLEL;
 }
 
+/* serialize_backend: every call into the plugin takes backend_lock.
+ * Needed only when the plugin allows one request at a time in the whole
+ * server (SERIALIZE_ALL_REQUESTS, SERIALIZE_CONNECTIONS).  With
+ * SERIALIZE_REQUESTS a plugin allows requests on different contexts in
+ * parallel, one at a time per context: a client's context is only used
+ * from that client's requests, which nbdkit already serializes, and each
+ * worker context by its one worker thread, so no lock is needed.
+ */
 static int
 ra_cache_get_ready (int thread_model)
 {
-  serialize_backend = thread_model != NBDKIT_THREAD_MODEL_PARALLEL;
+  serialize_backend = thread_model == NBDKIT_THREAD_MODEL_SERIALIZE_CONNECTIONS
+    || thread_model == NBDKIT_THREAD_MODEL_SERIALIZE_ALL_REQUESTS;
   if (serialize_backend)
-    nbdkit_debug ("ra-cache: the plugin serializes requests: "
+    nbdkit_debug ("ra-cache: the plugin serializes all requests: "
                   "backend calls from workers and clients take one lock");
+  else if (thread_model == NBDKIT_THREAD_MODEL_SERIALIZE_REQUESTS)
+    nbdkit_debug ("ra-cache: the plugin serializes requests per "
+                  "connection: each worker reads through its own context");
   return 0;
 }
 
