@@ -68,7 +68,35 @@ struct handle {
   struct rc_stream *stream;
   bool bypass;                  /* this connection does not use the cache */
   bool other_export;            /* ... because it named another export */
+  int multi_conn;               /* the plugin's can_multi_conn */
 };
+
+/* A connection's bypass flag is read by its requests, which may run in
+ * parallel, and set by its first write (see note_write).
+ */
+static bool
+bypassed (struct handle *h)
+{
+  return __atomic_load_n (&h->bypass, __ATOMIC_ACQUIRE);
+}
+
+/* A write (pwrite, trim, zero) on a cached connection.  A plugin without
+ * can_multi_conn may give each connection its own view of the data (a
+ * private disk, a copy-on-write overlay): the shared cache and the
+ * workers' contexts would then show this connection other data than it
+ * wrote.  From its first write on, such a connection reads through its
+ * own context.
+ */
+static void
+note_write (struct handle *h)
+{
+  if (h->multi_conn == 1 || bypassed (h))
+    return;
+  if (!__atomic_exchange_n (&h->bypass, true, __ATOMIC_ACQ_REL))
+    nbdkit_debug ("ra-cache: a write on a connection to a plugin without "
+                  "multi-conn consistency: from now on this connection "
+                  "reads through its own context, uncached");
+}
 
 /* The cached export: the canonical name of the default export, as the
  * next layer first named it to a connecting client (nbdkit resolves a
@@ -599,6 +627,9 @@ ra_cache_prepare (nbdkit_next *next, void *handle, int readonly)
   if (r == -1)
     return -1;
   rc_cache_set_backend_limits (cache, minimum, preferred, maximum);
+  h->multi_conn = BACKEND_CALL (next->can_multi_conn (next));
+  if (h->multi_conn == -1)
+    return -1;
   if (rc_cache_set_export_size (cache, size) == -1) {
     nbdkit_debug ("ra-cache: export size %" PRIi64 " differs from the "
                   "cached export's: this connection is not cached", size);
@@ -653,7 +684,7 @@ ra_cache_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
 {
   struct handle *h = handle;
 
-  if (h->bypass)
+  if (bypassed (h))
     return BACKEND_CALL (next->pread (next, buf, count, offset, flags, err));
   return rc_read (cache, h->stream, next, buf, count, offset, err);
 }
@@ -662,7 +693,10 @@ static int
 ra_cache_pwrite (nbdkit_next *next, void *handle, const void *buf,
                  uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
-  int r = BACKEND_CALL (next->pwrite (next, buf, count, offset, flags, err));
+  int r;
+
+  note_write (handle);
+  r = BACKEND_CALL (next->pwrite (next, buf, count, offset, flags, err));
 
   /* Success or failure, the cached copy may now be wrong (a connection
    * that bypasses the cache may still write the cached export).
@@ -675,7 +709,10 @@ static int
 ra_cache_trim (nbdkit_next *next, void *handle, uint32_t count,
                uint64_t offset, uint32_t flags, int *err)
 {
-  int r = BACKEND_CALL (next->trim (next, count, offset, flags, err));
+  int r;
+
+  note_write (handle);
+  r = BACKEND_CALL (next->trim (next, count, offset, flags, err));
 
   rc_invalidate (cache, offset, count);
   return r;
@@ -685,7 +722,10 @@ static int
 ra_cache_zero (nbdkit_next *next, void *handle, uint32_t count,
                uint64_t offset, uint32_t flags, int *err)
 {
-  int r = BACKEND_CALL (next->zero (next, count, offset, flags, err));
+  int r;
+
+  note_write (handle);
+  r = BACKEND_CALL (next->zero (next, count, offset, flags, err));
 
   rc_invalidate (cache, offset, count);
   return r;
@@ -718,7 +758,7 @@ ra_cache_cache (nbdkit_next *next, void *handle, uint32_t count,
 {
   struct handle *h = handle;
 
-  if (h->bypass)
+  if (bypassed (h))
     return 0;                   /* advisory: nothing to keep it in */
   return rc_fill (cache, next, count, offset, err);
 }
