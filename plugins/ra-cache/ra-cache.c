@@ -382,6 +382,18 @@ backend_worker_open (void *opaque)
 
   if (serialize_backend)
     ACQUIRE_LOCK (&backend_lock);
+  static bool said;
+
+  /* Contexts without a connection make nbdkit_export_name() fail, and
+   * the nbd plugin (1.32) calls it in its open whatever its parameters:
+   * nothing the filter can open avoids it.
+   */
+  if (!__atomic_exchange_n (&said, true, __ATOMIC_RELAXED))
+    nbdkit_debug ("ra-cache: opening the background workers' contexts, "
+                  "which have no client connection: a plugin that asks "
+                  "for the export name in its open (the nbd plugin) logs "
+                  "\"no connection in this thread\" once per worker; "
+                  "this is harmless");
   /* The export the cached connections read (see ra_cache_open): a
    * worker runs its first job after such a connection opened.
    */
