@@ -38,10 +38,11 @@ sanbuilddir=$srcdir/build-asan
 # The Debian 12 packages everything here needs: building (toolchain,
 # nbdkit, libnbd, libev, libconfig, Check, pod2man), the test suite
 # (nbdsh and its python3 binding, qemu-img, nbdfuse, nbd-client,
-# valgrind) and the benchmarks (fio).
+# valgrind, and nbd-server and lighttpd as real backends) and the benchmarks (fio).
 packages=(nbdkit nbdkit-plugin-dev libnbd-dev libnbd-bin python3-libnbd
           libev-dev libconfig-dev check qemu-utils fio nbd-client
-          autoconf automake libtool pkg-config make gcc perl valgrind)
+          autoconf automake libtool pkg-config make gcc perl valgrind
+          nbd-server lighttpd)
 
 say ()
 {

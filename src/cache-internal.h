@@ -33,6 +33,7 @@ struct rc_cache {
   struct ra_params params;
   pthread_mutex_t size_lock;
   bool size_set;
+  bool limits_set;              /* rc_cache_set_backend_limits ran */
 
   /* Free bounce buffers (src/prefetch.c), each io_max pages. */
   pthread_mutex_t bounce_lock;

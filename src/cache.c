@@ -128,6 +128,33 @@ rc_cache_set_export_size (struct rc_cache *c, uint64_t size)
   return c->params.export_size == size ? 0 : -1;
 }
 
+void
+rc_cache_set_backend_limits (struct rc_cache *c, uint32_t minimum,
+                             uint32_t preferred, uint32_t maximum)
+{
+  uint64_t page = c->cfg.page_size, io = c->cfg.io_max;
+
+  LOCK_FOR_SCOPE (&c->size_lock);
+  if (c->limits_set)
+    return;
+  c->limits_set = true;
+  if (maximum && maximum < io)
+    io = maximum;
+  /* Whole multiples of the preferred and minimum sizes where they fit. */
+  if (preferred > page && io >= preferred)
+    io -= io % preferred;
+  if (minimum > page && io >= minimum)
+    io -= io % minimum;
+  io -= io % page;
+  if (io < page)
+    io = page;
+  c->params.io_max = io >> c->params.page_shift;
+  c->params.self_max =
+    ra_self_max (c->cfg.congestion_threshold ? c->cfg.congestion_threshold
+                 : rc_default_congestion_threshold (c->cfg.max_background),
+                 c->params.io_max);
+}
+
 struct rc_stats *
 rc_cache_stats (struct rc_cache *c)
 {

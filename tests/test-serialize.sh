@@ -118,7 +118,7 @@ EOF
 export T="$tmpdir" SIZE="$size"
 start_server front -v --filter="$FILTER" sh "$tmpdir/plugin.sh" \
   ra-max=128K ra-io-max=128K
-grep -q 'the plugin serializes requests' "$tmpdir/front.log" ||
+grep -q 'the plugin serializes all requests' "$tmpdir/front.log" ||
   fail "ra-cache did not notice that the plugin serializes requests"
 
 cat > "$tmpdir/read.py" <<'EOF'

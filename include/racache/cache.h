@@ -54,6 +54,16 @@ void rc_cache_free (struct rc_cache *c);
  */
 int rc_cache_set_export_size (struct rc_cache *c, uint64_t size);
 
+/* The backend's block size limits (bytes; 0 = none), on first use like
+ * the export size, before the first read: backend reads are then at
+ * most max(maximum rounded down to a page, one page) long, whole
+ * multiples of the preferred and minimum sizes where those exceed a
+ * page and fit.  The core does not align reads to a minimum larger than
+ * a page: the backend's pread must widen them (the filter does).
+ */
+void rc_cache_set_backend_limits (struct rc_cache *c, uint32_t minimum,
+                                  uint32_t preferred, uint32_t maximum);
+
 struct rc_stream *rc_stream_new (void);
 void rc_stream_free (struct rc_stream *s);
 

@@ -9,9 +9,13 @@
  * .after_fork), so prefetch needs no client connection.
  *
  * Thread models: when the final thread model is parallel every backend
- * call runs in parallel.  Otherwise (a plugin that serializes requests,
- * such as curl or ssh in nbdkit 1.32, or a sh script) nbdkit serializes
- * the clients' calls but knows nothing of our workers, so every call
+ * call runs in parallel.  With serialize_requests (curl and ssh in nbdkit
+ * 1.32) calls on different contexts may run in parallel and calls on one
+ * context never overlap: a client's context is used by its requests only
+ * and each worker's by that worker only, so no lock either.  With
+ * serialize_all_requests or serialize_connections (a sh script by
+ * default) nbdkit serializes the clients' calls but knows nothing of our
+ * workers, so every call
  * this filter makes into the plugin, from a client or a worker, takes
  * one lock, and so do the plugin's open and the size and can_* queries
  * of a connecting client: prefetch still works, and those calls never
@@ -63,8 +67,57 @@ static struct rc_stats_server *stats_server;
 struct handle {
   struct rc_stream *stream;
   bool bypass;                  /* this connection does not use the cache */
-  bool exportname_given;
+  bool other_export;            /* ... because it named another export */
+  int multi_conn;               /* the plugin's can_multi_conn */
 };
+
+/* A connection's bypass flag is read by its requests, which may run in
+ * parallel, and set by its first write (see note_write).
+ */
+static bool
+bypassed (struct handle *h)
+{
+  return __atomic_load_n (&h->bypass, __ATOMIC_ACQUIRE);
+}
+
+/* A write (pwrite, trim, zero) on a cached connection.  A plugin without
+ * can_multi_conn may give each connection its own view of the data (a
+ * private disk, a copy-on-write overlay): the shared cache and the
+ * workers' contexts would then show this connection other data than it
+ * wrote.  From its first write on, such a connection reads through its
+ * own context.
+ */
+static void
+note_write (struct handle *h)
+{
+  if (h->multi_conn == 1 || bypassed (h))
+    return;
+  if (!__atomic_exchange_n (&h->bypass, true, __ATOMIC_ACQ_REL))
+    nbdkit_debug ("ra-cache: a write on a connection to a plugin without "
+                  "multi-conn consistency: from now on this connection "
+                  "reads through its own context, uncached");
+}
+
+/* The cached export: the canonical name of the default export, as the
+ * next layer first named it to a connecting client (nbdkit resolves a
+ * client's "" to that name before .open, so .open never sees "" from a
+ * client).  Set once; NULL until the first client asked for the default
+ * export.  The workers' contexts open this name too.
+ */
+static pthread_mutex_t export_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *cached_export;
+
+/* The cached export's name, or NULL if not known yet. */
+static const char *
+get_cached_export (void)
+{
+  const char *r;
+
+  ACQUIRE_LOCK (&export_lock);
+  r = cached_export;
+  RELEASE_LOCK (&export_lock);
+  return r;
+}
 
 /* Parameters given on the command line, applied after the file. */
 #define MAX_CMDLINE 32
@@ -82,6 +135,8 @@ static void
 ra_cache_unload (void)
 {
   rc_config_free (&cfg);
+  free (cached_export);
+  cached_export = NULL;
 }
 
 static int
@@ -201,22 +256,94 @@ ra_cache_thread_model (void)
   return NBDKIT_THREAD_MODEL_PARALLEL;
 }
 
+/* serialize_backend: every call into the plugin takes backend_lock.
+ * Needed only when the plugin allows one request at a time in the whole
+ * server (SERIALIZE_ALL_REQUESTS, SERIALIZE_CONNECTIONS).  With
+ * SERIALIZE_REQUESTS a plugin allows requests on different contexts in
+ * parallel, one at a time per context: a client's context is only used
+ * from that client's requests, which nbdkit already serializes, and each
+ * worker context by its one worker thread, so no lock is needed.
+ */
 static int
 ra_cache_get_ready (int thread_model)
 {
-  serialize_backend = thread_model != NBDKIT_THREAD_MODEL_PARALLEL;
+  serialize_backend = thread_model == NBDKIT_THREAD_MODEL_SERIALIZE_CONNECTIONS
+    || thread_model == NBDKIT_THREAD_MODEL_SERIALIZE_ALL_REQUESTS;
   if (serialize_backend)
-    nbdkit_debug ("ra-cache: the plugin serializes requests: "
+    nbdkit_debug ("ra-cache: the plugin serializes all requests: "
                   "backend calls from workers and clients take one lock");
+  else if (thread_model == NBDKIT_THREAD_MODEL_SERIALIZE_REQUESTS)
+    nbdkit_debug ("ra-cache: the plugin serializes requests per "
+                  "connection: each worker reads through its own context");
   return 0;
 }
 
 /* The core's backend interface. */
+
+/* Read [offset, offset + count) through context next, which must lie
+ * within next's own export size, in reads that respect next's block
+ * size limits: at most maximum bytes each, and when the backend has a
+ * minimum, widened to whole blocks (through a bounce buffer) except at
+ * the end of the export.
+ */
+static int
+limited_pread (nbdkit_next *next, char *buf, uint32_t count,
+               uint64_t offset, uint64_t size, int *err)
+{
+  uint32_t minimum = 0, preferred = 0, maximum = 0;
+  uint64_t end = offset + count, a, e, p;
+  char *bounce = NULL;
+  int r = 0;
+
+  if (next->block_size (next, &minimum, &preferred, &maximum) == -1) {
+    *err = EIO;
+    return -1;
+  }
+  if (minimum == 0)
+    minimum = 1;
+  if (maximum == 0 || maximum == (uint32_t) -1)
+    maximum = 0xffffffff;
+  maximum -= maximum % minimum;   /* nbdkit's contract; be safe */
+  if (maximum == 0)
+    maximum = minimum;
+
+  a = offset - offset % minimum;
+  e = end % minimum ? end + (minimum - end % minimum) : end;
+  if (e > size)
+    e = size;                   /* a partial last block, as a client's */
+  if (a == offset && e == end && count <= maximum)
+    return next->pread (next, buf, count, offset, 0, err);
+
+  for (p = a; p < e && r == 0; ) {
+    uint32_t len = e - p > maximum ? maximum : (uint32_t) (e - p);
+
+    if (p >= offset && p + len <= end)
+      r = next->pread (next, buf + (p - offset), len, p, 0, err);
+    else {
+      uint64_t from = p > offset ? p : offset;
+      uint64_t to = p + len < end ? p + len : end;
+
+      if (!bounce && !(bounce = malloc (maximum < e - a ? maximum : e - a))) {
+        *err = ENOMEM;
+        r = -1;
+        break;
+      }
+      r = next->pread (next, bounce, len, p, 0, err);
+      if (r == 0)
+        memcpy (buf + (from - offset), bounce + (from - p), to - from);
+    }
+    p += len;
+  }
+  free (bounce);
+  return r;
+}
+
 static int
 backend_pread (void *opaque, void *ctx, void *buf, uint32_t count,
                uint64_t offset, int *err)
 {
   nbdkit_next *next = ctx;
+  int64_t size;
   int r;
 
   if (ra_cache_debug_verbose)
@@ -224,7 +351,25 @@ backend_pread (void *opaque, void *ctx, void *buf, uint32_t count,
                   "%s", count, offset, ctx ? "" : " (no context)");
   if (serialize_backend)
     ACQUIRE_LOCK (&backend_lock);
-  r = next->pread (next, buf, count, offset, 0, err);
+  /* nbdkit asserts that a read lies within the context's export size,
+   * which it learnt when the context connected (cached: no plugin call).
+   * A backend that shrank since the cache took its size, or a context
+   * opened after it shrank, must not be asked past its end.
+   */
+  size = next->get_size (next);
+  if (size == -1 || offset > (uint64_t) size || count > size - offset) {
+    static bool said;
+
+    if (!__atomic_exchange_n (&said, true, __ATOMIC_RELAXED))
+      nbdkit_debug ("ra-cache: a backend read of %" PRIu32 " bytes at %"
+                    PRIu64 " is past the end of its context's export "
+                    "(%" PRIi64 " bytes): the backend shrank? "
+                    "failing such reads with EIO", count, offset, size);
+    *err = EIO;
+    r = -1;
+  }
+  else
+    r = limited_pread (next, buf, count, offset, size, err);
   if (serialize_backend)
     RELEASE_LOCK (&backend_lock);
   return r;
@@ -237,7 +382,23 @@ backend_worker_open (void *opaque)
 
   if (serialize_backend)
     ACQUIRE_LOCK (&backend_lock);
-  next = nbdkit_next_context_open (saved_backend, 1, "", 1);
+  static bool said;
+
+  /* Contexts without a connection make nbdkit_export_name() fail, and
+   * the nbd plugin (1.32) calls it in its open whatever its parameters:
+   * nothing the filter can open avoids it.
+   */
+  if (!__atomic_exchange_n (&said, true, __ATOMIC_RELAXED))
+    nbdkit_debug ("ra-cache: opening the background workers' contexts, "
+                  "which have no client connection: a plugin that asks "
+                  "for the export name in its open (the nbd plugin) logs "
+                  "\"no connection in this thread\" once per worker; "
+                  "this is harmless");
+  /* The export the cached connections read (see ra_cache_open): a
+   * worker runs its first job after such a connection opened.
+   */
+  next = nbdkit_next_context_open (saved_backend, 1,
+                                   get_cached_export () ?: "", 1);
   /* nbdkit checks every request against the context's export size,
    * which it learns from get_size: ask once, as a connection would.
    */
@@ -379,6 +540,29 @@ ra_cache_cleanup (nbdkit_backend *backend)
     r_;                                                 \
   })
 
+/* nbdkit asks this when a client names "" (and before .open), per
+ * connection: pass the next layer's answer on, and remember the first
+ * answer as the cached export.
+ */
+static const char *
+ra_cache_default_export (nbdkit_next_default_export *next,
+                         nbdkit_backend *nxdata, int readonly, int is_tls)
+{
+  const char *name = next (nxdata, readonly);
+
+  if (name) {
+    ACQUIRE_LOCK (&export_lock);
+    if (!cached_export) {
+      cached_export = strdup (name);
+      if (cached_export)
+        nbdkit_debug ("ra-cache: the cached export is the default "
+                      "export, \"%s\"", name);
+    }
+    RELEASE_LOCK (&export_lock);
+  }
+  return name;
+}
+
 static void *
 ra_cache_open (nbdkit_next_open *next, nbdkit_context *nxdata,
                int readonly, const char *exportname, int is_tls)
@@ -401,11 +585,17 @@ ra_cache_open (nbdkit_next_open *next, nbdkit_context *nxdata,
     free (h);
     return NULL;
   }
-  /* The workers' shared contexts read the default export: a connection
-   * to another export name passes through uncached.
+  /* Only the default export is cached (the workers' contexts read it):
+   * a connection to another export name passes through uncached.  A
+   * client's "" arrives here as the default export's canonical name; ""
+   * itself only from a context without a connection.
    */
-  h->exportname_given = exportname && *exportname;
-  h->bypass = h->exportname_given;
+  if (exportname && *exportname) {
+    const char *def = get_cached_export ();
+
+    h->other_export = !def || strcmp (exportname, def) != 0;
+  }
+  h->bypass = h->other_export;
   return h;
 }
 
@@ -423,10 +613,15 @@ ra_cache_prepare (nbdkit_next *next, void *handle, int readonly)
 {
   struct handle *h = handle;
   int64_t size;
+  uint32_t minimum = 0, preferred = 0, maximum = 0;
+  int r;
 
   if (h->bypass) {
-    nbdkit_debug ("ra-cache: export name given: this connection "
-                  "is not cached");
+    const char *def = get_cached_export ();
+
+    nbdkit_debug ("ra-cache: this connection asked for another export "
+                  "than the default (\"%s\"): it is not cached",
+                  def ? def : "not known yet");
     return 0;
   }
   if (serialize_backend)
@@ -435,6 +630,17 @@ ra_cache_prepare (nbdkit_next *next, void *handle, int readonly)
   if (serialize_backend)
     RELEASE_LOCK (&backend_lock);
   if (size == -1)
+    return -1;
+  if (serialize_backend)
+    ACQUIRE_LOCK (&backend_lock);
+  r = next->block_size (next, &minimum, &preferred, &maximum);
+  if (serialize_backend)
+    RELEASE_LOCK (&backend_lock);
+  if (r == -1)
+    return -1;
+  rc_cache_set_backend_limits (cache, minimum, preferred, maximum);
+  h->multi_conn = BACKEND_CALL (next->can_multi_conn (next));
+  if (h->multi_conn == -1)
     return -1;
   if (rc_cache_set_export_size (cache, size) == -1) {
     nbdkit_debug ("ra-cache: export size %" PRIi64 " differs from the "
@@ -490,7 +696,7 @@ ra_cache_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
 {
   struct handle *h = handle;
 
-  if (h->bypass)
+  if (bypassed (h))
     return BACKEND_CALL (next->pread (next, buf, count, offset, flags, err));
   return rc_read (cache, h->stream, next, buf, count, offset, err);
 }
@@ -499,7 +705,10 @@ static int
 ra_cache_pwrite (nbdkit_next *next, void *handle, const void *buf,
                  uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
-  int r = BACKEND_CALL (next->pwrite (next, buf, count, offset, flags, err));
+  int r;
+
+  note_write (handle);
+  r = BACKEND_CALL (next->pwrite (next, buf, count, offset, flags, err));
 
   /* Success or failure, the cached copy may now be wrong (a connection
    * that bypasses the cache may still write the cached export).
@@ -512,7 +721,10 @@ static int
 ra_cache_trim (nbdkit_next *next, void *handle, uint32_t count,
                uint64_t offset, uint32_t flags, int *err)
 {
-  int r = BACKEND_CALL (next->trim (next, count, offset, flags, err));
+  int r;
+
+  note_write (handle);
+  r = BACKEND_CALL (next->trim (next, count, offset, flags, err));
 
   rc_invalidate (cache, offset, count);
   return r;
@@ -522,7 +734,10 @@ static int
 ra_cache_zero (nbdkit_next *next, void *handle, uint32_t count,
                uint64_t offset, uint32_t flags, int *err)
 {
-  int r = BACKEND_CALL (next->zero (next, count, offset, flags, err));
+  int r;
+
+  note_write (handle);
+  r = BACKEND_CALL (next->zero (next, count, offset, flags, err));
 
   rc_invalidate (cache, offset, count);
   return r;
@@ -555,7 +770,7 @@ ra_cache_cache (nbdkit_next *next, void *handle, uint32_t count,
 {
   struct handle *h = handle;
 
-  if (h->bypass)
+  if (bypassed (h))
     return 0;                   /* advisory: nothing to keep it in */
   return rc_fill (cache, next, count, offset, err);
 }
@@ -572,6 +787,7 @@ static struct nbdkit_filter filter = {
   .get_ready         = ra_cache_get_ready,
   .after_fork        = ra_cache_after_fork,
   .cleanup           = ra_cache_cleanup,
+  .default_export    = ra_cache_default_export,
   .open              = ra_cache_open,
   .close             = ra_cache_close,
   .prepare           = ra_cache_prepare,

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The curl plugin (thread model serialize_requests in nbdkit 1.32) against
+# lighttpd on 127.0.0.1 (issue 12, item 8): the data must be right, the
+# reads cached, and backend reads on different contexts (a client's and
+# the workers') must overlap: serialize_requests only forbids overlapping
+# calls on one context, so the filter must not serialize them all.
+
+. "${top_srcdir:-$(dirname "$0")/..}/tests/functions.sh"
+
+requires lighttpd qemu-img md5sum python3
+[ -f "$(nbdkit --dump-config | sed -n 's/^plugindir=//p')/nbdkit-curl-plugin.so" ] ||
+  skip "nbdkit's curl plugin is not installed"
+
+size=$((32 * 1024 * 1024))
+mkdir "$tmpdir/www"
+random_file "$tmpdir/www/disk.img" "$size"
+
+# A free port on 127.0.0.1 (lighttpd has no "pick one" option).
+port=$(python3 -c 'import socket; s = socket.socket (); s.bind (("127.0.0.1", 0)); print (s.getsockname ()[1])')
+cat > "$tmpdir/lighttpd.conf" <<EOF2
+server.document-root = "$tmpdir/www"
+server.bind = "127.0.0.1"
+server.port = $port
+server.errorlog = "$tmpdir/lighttpd-error.log"
+server.modules = ( "mod_accesslog" )
+accesslog.filename = "$tmpdir/access.log"
+EOF2
+
+lighttpd -D -f "$tmpdir/lighttpd.conf" >"$tmpdir/lighttpd.log" 2>&1 &
+lpid=$!
+on_exit ()
+{
+  local status=$?
+  kill -TERM "$lpid" 2>/dev/null && wait "$lpid" 2>/dev/null
+  (exit "$status")
+  cleanup
+}
+trap on_exit EXIT
+url=http://127.0.0.1:$port/disk.img
+for ((i = 0; i < 100; i++)); do
+  timeout 5 python3 -c "import urllib.request as u; u.urlopen ('$url').read (1)" \
+    2>/dev/null && break
+  kill -0 "$lpid" 2>/dev/null ||
+    { cat "$tmpdir/lighttpd.log" "$tmpdir/lighttpd-error.log" >&2 || true
+      fail "lighttpd did not start"; }
+  sleep 0.1
+done
+
+# 2 ms of delay per read, so that the reads in flight overlap visibly.
+start_server front -v --filter="$FILTER" --filter=delay curl url="$url" \
+  rdelay=2ms ra-cache-stats-socket="$tmpdir/front-stats.sock" \
+  ra-cache-stats="$tmpdir/front.json"
+timeout "$CLIENT_TIMEOUT" qemu-img convert -f raw -O raw "$(uri front)" \
+  "$tmpdir/copy.img" || fail "qemu-img convert through ra-cache failed"
+[ "$(md5sum < "$tmpdir/copy.img")" = "$(md5sum < "$tmpdir/www/disk.img")" ] ||
+  fail "wrong data"
+timeout "$CLIENT_TIMEOUT" qemu-img bench -f raw -c 256 -d 1 -s 64K \
+  "$(uri front)" >/dev/null || fail "qemu-img bench failed"
+# With one global lock there were at most 2 reads in flight (one worker,
+# and the client's own sync read waiting for the lock).
+read -r hwm <<<"$(live_stat front inflight_high_water)"
+stop_server front || fail "the front did not stop cleanly"
+read -r reads hits breads <<<"$(file_stat "$tmpdir/front.json" client_reads page_hits backend_reads)"
+info "client_reads=$reads page_hits=$hits backend_reads=$breads inflight_high_water=$hwm"
+(( reads > 0 && hits > 0 )) || fail "nothing was cached"
+(( hwm > 2 )) || fail "backend reads never overlapped (inflight_high_water=$hwm)"
+grep -q 'serializes requests per connection' "$tmpdir/front.log" ||
+  fail "the log does not name the thread model"
+grep -q 'Range\|GET' "$tmpdir/access.log" || fail "lighttpd logged no request"
+info "ok"
