@@ -64,6 +64,7 @@ struct handle {
   struct rc_stream *stream;
   bool bypass;                  /* this connection does not use the cache */
   bool exportname_given;
+  bool connected;               /* counted by rc_cache_connect */
 };
 
 /* Parameters given on the command line, applied after the file. */
@@ -183,6 +184,9 @@ ra_cache_config_complete (nbdkit_next_config_complete *next,
   "                            one page to 32M).\n" \
   "ra-max-background=N         Background workers: async reads in flight\n" \
   "                            (default 12; 1 to 256).\n" \
+  "ra-backend-connections=N    Backend connections the workers share\n" \
+  "                            (default 4; 0 to 256), opened once a\n" \
+  "                            client has connected.\n" \
   "ra-congestion-threshold=N   Skip async parts at N reads in flight\n" \
   "                            (default 9, 3/4 of ra-max-background;\n" \
   "                            1 to ra-max-background).\n" \
@@ -247,9 +251,10 @@ backend_worker_open (void *opaque)
   }
   if (serialize_backend)
     RELEASE_LOCK (&backend_lock);
+  /* The core retries with backoff and logs once (backend_log). */
   if (!next)
-    nbdkit_error ("ra-cache: a background worker could not open its "
-                  "backend context; its prefetch reads will fail");
+    nbdkit_debug ("ra-cache: a background backend connection could not "
+                  "be opened");
   return next;
 }
 
@@ -266,10 +271,20 @@ backend_worker_close (void *opaque, void *ctx)
     RELEASE_LOCK (&backend_lock);
 }
 
+static void
+backend_log (void *opaque, bool error, const char *msg)
+{
+  if (error)
+    nbdkit_error ("%s", msg);
+  else
+    nbdkit_debug ("%s", msg);
+}
+
 static const struct rc_backend backend_ops = {
   .pread = backend_pread,
   .worker_open = backend_worker_open,
   .worker_close = backend_worker_close,
+  .log = backend_log,
 };
 
 static void
@@ -287,11 +302,13 @@ ra_cache_after_fork (nbdkit_backend *backend)
   nbdkit_debug ("ra-cache: config: ra-mode=%s ra-cache-size=%" PRIu64
                 " ra-cache-page-size=%" PRIu64 " ra-max=%" PRIu64
                 " ra-io-max=%" PRIu64 " ra-max-background=%u"
+                " ra-backend-connections=%u"
                 " ra-congestion-threshold=%u ra-congestion=%s"
                 " ra-cache-stats-interval=%u",
                 cfg.mode == RC_MODE_ADAPTIVE ? "adaptive" : "kernel",
                 cfg.cache_size, cfg.page_size, cfg.ra_max, cfg.io_max,
-                cfg.max_background, cfg.congestion_threshold,
+                cfg.max_background, cfg.backend_connections,
+                cfg.congestion_threshold,
                 cfg.congestion == RC_CONGESTION_WAIT ? "wait" : "skip",
                 cfg.stats_interval);
   /* Workers beyond one would only queue on the lock. */
@@ -414,6 +431,8 @@ ra_cache_close (void *handle)
 {
   struct handle *h = handle;
 
+  if (h->connected)
+    rc_cache_disconnect (cache);
   rc_stream_free (h->stream);
   free (h);
 }
@@ -440,6 +459,14 @@ ra_cache_prepare (nbdkit_next *next, void *handle, int readonly)
     nbdkit_debug ("ra-cache: export size %" PRIi64 " differs from the "
                   "cached export's: this connection is not cached", size);
     h->bypass = true;
+  }
+  /* This client has its backend connection: the workers may open
+   * theirs now (not before: a server that allows one connection must
+   * give it to the first client).
+   */
+  if (!h->bypass && !h->connected) {
+    rc_cache_connect (cache);
+    h->connected = true;
   }
   return 0;
 }
