@@ -441,15 +441,17 @@ pool_log (struct rc_cache *c, bool error, const char *fmt, ...)
   c->be.log (c->be.opaque, error, msg);
 }
 
-/* The errors of a connection that is gone (the nbd plugin's after the
- * server died or restarted), as opposed to an error of one read.
+/* The errors of a connection that is gone, as opposed to an error of
+ * one read.  The nbd plugin (libnbd) fails every request on a handle
+ * whose server went away with EINVAL ("invalid state: CLOSED"); a
+ * worker's reads are always within the export, so EINVAL means that.
  */
 static bool
 conn_dead_errno (int err)
 {
   switch (err) {
   case ENOTCONN: case ESHUTDOWN: case ECONNRESET: case ECONNABORTED:
-  case EPIPE: case EBADF: case ECONNREFUSED:
+  case EPIPE: case EBADF: case ECONNREFUSED: case EINVAL:
     return true;
   default:
     return false;
