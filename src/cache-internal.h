@@ -48,6 +48,8 @@ struct rc_pool {
   unsigned n;                   /* min (ra-backend-connections, workers) */
   unsigned limit;               /* most kept open: n, less after a stall */
   unsigned nopen;               /* RC_CONN_OPEN now */
+  unsigned max_open;            /* the most open at once so far */
+  uint64_t last_leave_ns;       /* when clients last fell to 0 */
   _Atomic unsigned nopen_now;   /* the same, read without the lock */
   unsigned rr;                  /* round robin over open connections */
   unsigned clients;             /* rc_cache_connect - rc_cache_disconnect */

@@ -630,6 +630,22 @@ retire_idle (struct rc_cache *c)
   return false;
 }
 
+#define RC_RETIRE_DELAY_NS (UINT64_C (100) * 1000000)
+
+/* The connector waits on its condition for at most ns. */
+static void
+timedwait_ns (struct rc_cache *c, uint64_t ns)
+{
+  struct timespec ts;
+  uint64_t wake;
+
+  clock_gettime (CLOCK_REALTIME, &ts);
+  wake = (uint64_t) ts.tv_sec * 1000000000 + (uint64_t) ts.tv_nsec + ns;
+  ts.tv_sec = wake / 1000000000;
+  ts.tv_nsec = wake % 1000000000;
+  pthread_cond_timedwait (&c->pool.ccond, &c->qlock, &ts);
+}
+
 /* The connector thread: opens the pool's connections, one at a time. */
 static void *
 connector_main (void *arg)
@@ -655,6 +671,16 @@ connector_main (void *arg)
         busy++;               /* open, or still closing after a break */
     }
     t0 = mono_ns ();
+    /* Retire RC_RETIRE_DELAY_NS after the last client left: nbdkit
+     * closes that client's own plugin context after the filter's close
+     * returns, without the filter's lock; a serializing plugin must not
+     * see our close overlap it.
+     */
+    if (p->clients == 0 && p->nopen > 0 &&
+        t0 < p->last_leave_ns + RC_RETIRE_DELAY_NS) {
+      timedwait_ns (c, p->last_leave_ns + RC_RETIRE_DELAY_NS - t0);
+      continue;
+    }
     if (p->clients == 0 && retire_idle (c))
       continue;
     if (p->clients == 0 || !slot || busy >= p->limit) {
@@ -662,15 +688,7 @@ connector_main (void *arg)
       continue;
     }
     if (t0 < p->next_try_ns) {
-      struct timespec ts;
-      uint64_t wake;
-
-      clock_gettime (CLOCK_REALTIME, &ts);
-      wake = (uint64_t) ts.tv_sec * 1000000000 + (uint64_t) ts.tv_nsec
-        + (p->next_try_ns - t0);
-      ts.tv_sec = wake / 1000000000;
-      ts.tv_nsec = wake % 1000000000;
-      pthread_cond_timedwait (&p->ccond, &c->qlock, &ts);
+      timedwait_ns (c, p->next_try_ns - t0);
       continue;
     }
     slot->state = RC_CONN_OPENING;
@@ -714,6 +732,18 @@ connector_main (void *arg)
       }
       continue;
     }
+    if (!c->stopping && p->clients == 0 && dt < RC_CONNECT_STALL_NS &&
+        p->limit > p->max_open) {
+      /* It completed only once every client had gone: the server
+       * limits connections (the last client's slot went to it).  Keep
+       * no more than were open at once before.
+       */
+      p->limit = p->max_open;
+      STAT_ADD (&c->stats, conn_late, 1);
+      pool_log (c, false, "ra-cache: a background backend connection "
+                "opened only when the last client left: keeping at most "
+                "%u", p->limit);
+    }
     if (c->stopping || p->clients == 0 || dt >= RC_CONNECT_STALL_NS) {
       if (!c->stopping && dt >= RC_CONNECT_STALL_NS) {
         /* It waited in the server's backlog until a client left: keep
@@ -734,6 +764,8 @@ connector_main (void *arg)
     slot->ctx = ctx;
     slot->state = RC_CONN_OPEN;
     set_nopen (p, p->nopen + 1);
+    if (p->nopen > p->max_open)
+      p->max_open = p->nopen;
     p->failures = 0;
     STAT_ADD (&c->stats, conn_opens, 1);
     if (p->broken > 0) {
@@ -776,12 +808,31 @@ rc_workers_ready (struct rc_cache *c)
   return false;
 }
 
+/* How long a connecting client waits for the background connections,
+ * so that its first windows are read ahead like the later ones.
+ */
+#define RC_CONNECT_WAIT_NS (UINT64_C (200) * 1000000)
+
 void
 rc_cache_connect (struct rc_cache *c)
 {
+  struct rc_pool *p = &c->pool;
+  uint64_t deadline = mono_ns () + RC_CONNECT_WAIT_NS;
+
   ACQUIRE_LOCK (&c->qlock);
-  if (c->pool.clients++ == 0)
-    pthread_cond_signal (&c->pool.ccond);
+  if (p->clients++ == 0)
+    pthread_cond_signal (&p->ccond);
+  /* Not while opens fail (backoff), nor beyond what the server was
+   * seen to accept.
+   */
+  while (p->cn && p->nopen < p->limit && p->failures == 0 &&
+         !c->stopping && mono_ns () < deadline) {
+    struct timespec ts = { .tv_nsec = 2000000 };
+
+    RELEASE_LOCK (&c->qlock);
+    nanosleep (&ts, NULL);
+    ACQUIRE_LOCK (&c->qlock);
+  }
   RELEASE_LOCK (&c->qlock);
 }
 
@@ -789,8 +840,10 @@ void
 rc_cache_disconnect (struct rc_cache *c)
 {
   ACQUIRE_LOCK (&c->qlock);
-  if (c->pool.clients > 0 && --c->pool.clients == 0)
+  if (c->pool.clients > 0 && --c->pool.clients == 0) {
+    c->pool.last_leave_ns = mono_ns ();
     pthread_cond_signal (&c->pool.ccond);
+  }
   RELEASE_LOCK (&c->qlock);
 }
 
