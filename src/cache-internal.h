@@ -25,6 +25,45 @@ struct rc_job {
   struct rc_wait *wait;         /* NULL for async parts */
 };
 
+/* ---- background backend connections (src/prefetch.c) ---- */
+enum rc_conn_state {
+  RC_CONN_CLOSED,               /* may be opened */
+  RC_CONN_OPENING,              /* the connector is opening it */
+  RC_CONN_OPEN,                 /* workers read through it */
+  RC_CONN_BROKEN,               /* a read found it dead: no new users */
+  RC_CONN_CLOSING,              /* being closed */
+};
+
+struct rc_conn {
+  void *ctx;
+  enum rc_conn_state state;
+  unsigned users;               /* workers reading through it now */
+};
+
+struct rc_connector;
+
+/* Guarded by the cache's qlock, except nopen_now. */
+struct rc_pool {
+  struct rc_conn *conn;
+  unsigned n;                   /* min (ra-backend-connections, workers) */
+  unsigned limit;               /* most kept open: n, less after a stall */
+  unsigned nopen;               /* RC_CONN_OPEN now */
+  unsigned max_open;            /* the most open at once so far */
+  uint64_t last_leave_ns;       /* when clients last fell to 0 */
+  _Atomic unsigned nopen_now;   /* the same, read without the lock */
+  unsigned rr;                  /* round robin over open connections */
+  unsigned clients;             /* rc_cache_connect - rc_cache_disconnect */
+  unsigned broken;              /* lost, not replaced yet */
+  unsigned failures;            /* failed opens in a row (backoff) */
+  uint64_t next_try_ns;
+  _Atomic bool opening;         /* an open is under way ... */
+  _Atomic uint64_t open_started_ns; /* ... since then */
+  _Atomic bool stall_logged;
+  bool outage_logged;
+  pthread_cond_t ccond;         /* wakes the connector */
+  struct rc_connector *cn;      /* the connector thread */
+};
+
 struct rc_cache {
   struct rc_config cfg;
   struct rc_backend be;
@@ -65,6 +104,7 @@ struct rc_cache {
   bool stopping;
   unsigned nworkers;
   pthread_t *workers;
+  struct rc_pool pool;
 };
 
 struct rc_stream {
@@ -94,6 +134,10 @@ int rc_backend_read_direct (struct rc_cache *c, void *ctx, void *buf,
 void rc_promote (struct rc_cache *c, ra_pgoff index);
 void rc_wait_init (struct rc_wait *w);
 void rc_wait_destroy (struct rc_wait *w);
-int rc_wait_for (struct rc_wait *w);
+int rc_wait_for (struct rc_cache *c, void *ctx, struct rc_wait *w);
+/* False while no background connection is open (the workers then take
+ * no jobs): the caller drops async parts.
+ */
+bool rc_workers_ready (struct rc_cache *c);
 
 #endif

@@ -315,8 +315,10 @@ submit_window (struct rc_cache *c, struct ra_state *ra,
   ra_submit (w, c->params.io_max, &submit_ops, bs, &res);
 
   if (ra && res.async_pages > 0 &&
-      c->cfg.congestion == RC_CONGESTION_SKIP &&
-      rc_cache_inflight (c) >= c->cfg.congestion_threshold) {
+      ((c->cfg.congestion == RC_CONGESTION_SKIP &&
+        rc_cache_inflight (c) >= c->cfg.congestion_threshold) ||
+       /* No background connection open: nobody would read it. */
+       !rc_workers_ready (c))) {
     ra_pgoff dropped = 0;
 
     /* Only speculation is dropped: the kernel's INITIAL and pull-in
@@ -410,7 +412,7 @@ issue_batches (struct rc_cache *c, void *ctx, struct batches *bs,
     r = rc_backend_read_pages (c, ctx, bs->b[first].start,
                                bs->b[first].count, err);
   if (nsync > 0) {
-    int e = rc_wait_for (&wait);
+    int e = rc_wait_for (c, ctx, &wait);
 
     rc_wait_destroy (&wait);
     for (i = first + 1; i < bs->n; i++)

@@ -37,6 +37,9 @@ const struct rc_key rc_keys[] = {
   KEY ("ra-max-background", RC_KEY_UNSIGNED, max_background, "12",
        "1 to 256",
        "Background workers: async backend reads in flight, at most."),
+  KEY ("ra-backend-connections", RC_KEY_UNSIGNED, backend_connections, "4",
+       "0 to 256 (at most ra-max-background are used)",
+       "Backend connections the background workers open and share."),
   KEY ("ra-congestion-threshold", RC_KEY_UNSIGNED, congestion_threshold,
        "9", "1 to ra-max-background (default: 3/4 of ra-max-background)",
        "Skip async parts when this many backend reads are in flight."),
@@ -63,6 +66,7 @@ rc_config_defaults (struct rc_config *c)
   c->ra_max = RC_DEFAULT_RA_MAX;
   c->io_max = RC_DEFAULT_IO_MAX;
   c->max_background = RC_DEFAULT_MAX_BACKGROUND;
+  c->backend_connections = RC_DEFAULT_BACKEND_CONNECTIONS;
   c->congestion_threshold = 0;  /* derived in rc_config_check */
   c->congestion = RC_CONGESTION_SKIP;
   c->mode = RC_MODE_ADAPTIVE;
@@ -170,6 +174,9 @@ check_range (const struct rc_key *k, uint64_t v, char *err, size_t len)
               k->name, v);
   else if (FIELD_IS (k, max_background) && (v < 1 || v > RC_MAX_BACKGROUND))
     snprintf (err, len, "%s: %" PRIu64 " must be from 1 to %u",
+              k->name, v, RC_MAX_BACKGROUND);
+  else if (FIELD_IS (k, backend_connections) && v > RC_MAX_BACKGROUND)
+    snprintf (err, len, "%s: %" PRIu64 " must be from 0 to %u",
               k->name, v, RC_MAX_BACKGROUND);
   else if (FIELD_IS (k, stats_interval) && v > 86400)
     snprintf (err, len, "%s: %" PRIu64 " must be from 0 to 86400 seconds",
@@ -370,6 +377,11 @@ rc_config_check (struct rc_config *c, char *buf, size_t len)
   if (c->max_background < 1 || c->max_background > RC_MAX_BACKGROUND) {
     snprintf (buf, len, "ra-max-background: %u must be from 1 to %u",
               c->max_background, RC_MAX_BACKGROUND);
+    return buf;
+  }
+  if (c->backend_connections > RC_MAX_BACKGROUND) {
+    snprintf (buf, len, "ra-backend-connections: %u must be from 0 to %u",
+              c->backend_connections, RC_MAX_BACKGROUND);
     return buf;
   }
   if (c->congestion_threshold == 0)

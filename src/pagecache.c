@@ -50,7 +50,9 @@ struct page {
  */
 #define SLAB_BYTES (UINT64_C (2) << 20)
 
-/* Drop-behind has two parts.  A client read gives back, for reuse, the
+/* Drop-behind (only for an export larger than the cache: one that fits
+ * is kept whole, see rc_pc_set_nr_pages) has two parts.  A client read
+ * gives back, for reuse, the
  * pages a client read once that lie RC_PC_BEHIND_BYTES behind it
  * (rc_pc_drop_behind: the pages behind a stream, in the order it read
  * them).  And whatever leaves pages read once in the cache (a stream
@@ -99,6 +101,7 @@ struct rc_pagecache {
   struct shard *shards;
   uint64_t inactive_reserve;       /* pages (drop-behind) */
   uint64_t behind_pages;           /* RC_PC_BEHIND_BYTES in pages */
+  bool drop_behind;                /* the export is larger than the cache */
   _Atomic uint64_t n_inactive;     /* pages on the inactive lists */
   /* Memory, shared by the shards (mem_lock, taken inside a shard lock).
    * Removed pages (struct and data) go to the warm list and are reused
@@ -296,6 +299,12 @@ void
 rc_pc_set_nr_pages (struct rc_pagecache *pc, ra_pgoff nr_pages)
 {
   pc->nr_pages = nr_pages;
+  /* An export the cache can hold whole keeps every page it reads: a
+   * second pass over it hits.  Over a larger one, a scan would evict
+   * its own first pages before a second pass reached them anyway, so
+   * dropping them behind the stream loses no hit there.
+   */
+  pc->drop_behind = nr_pages > pc->total_capacity;
 }
 
 uint32_t
@@ -362,7 +371,8 @@ drop_behind (struct rc_pagecache *pc, struct shard *s)
 {
   struct page *p;
 
-  if (atomic_load_explicit (&pc->n_inactive, memory_order_relaxed)
+  if (!pc->drop_behind ||
+      atomic_load_explicit (&pc->n_inactive, memory_order_relaxed)
       <= pc->inactive_reserve)
     return;
   p = lru_oldest (&s->inactive);
@@ -659,7 +669,7 @@ drop_behind_one (struct rc_pagecache *pc, struct shard *s, ra_pgoff i,
 void
 rc_pc_drop_behind (struct rc_pagecache *pc, ra_pgoff from, ra_pgoff to)
 {
-  if (to > from)
+  if (pc->drop_behind && to > from)
     for_each_page (pc, from, to - from, drop_behind_one, NULL);
 }
 

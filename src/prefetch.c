@@ -8,8 +8,11 @@
  * the client that triggered it.  Sync jobs are queued ahead of async
  * jobs so a waiting client never waits behind speculation.
  *
- * Each worker opens its own backend context (struct rc_backend's
- * worker_open) the first time it runs a job.
+ * The workers share a few backend connections of their own (contexts
+ * from struct rc_backend's worker_open), opened by a connector thread
+ * (see "Background backend connections" below).  A worker takes a job
+ * only while one is open; while none is, async parts are dropped and
+ * clients read their sync batches themselves.
  *
  * In-flight accounting: executing counts backend reads running now (a
  * client's own and the workers'), queued the jobs waiting for a worker.
@@ -21,6 +24,8 @@
 #include <config.h>
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -66,12 +71,28 @@ wait_finish (struct rc_wait *w, int err)
   RELEASE_LOCK (&w->lock);
 }
 
-/* Returns the first error of the group, or 0. */
+static struct rc_job *steal_job (struct rc_cache *c, struct rc_wait *w);
+static void finish_job (struct rc_cache *c, struct rc_job *j, int r,
+                        int err);
+
+/* Returns the first error of the group, or 0.  The waiting client first
+ * reads, with its own context ctx, every job of the group that no
+ * worker has started: so it never waits for a worker that is busy or
+ * has no backend connection.
+ */
 int
-rc_wait_for (struct rc_wait *w)
+rc_wait_for (struct rc_cache *c, void *ctx, struct rc_wait *w)
 {
+  struct rc_job *j;
   int err;
 
+  while ((j = steal_job (c, w)) != NULL) {
+    int r;
+
+    err = 0;
+    r = rc_backend_read_pages (c, ctx, j->start, j->count, &err);
+    finish_job (c, j, r, err);
+  }
   ACQUIRE_LOCK (&w->lock);
   while (w->pending > 0)
     pthread_cond_wait (&w->done, &w->lock);
@@ -268,9 +289,6 @@ rc_backend_read_pages_to (struct rc_cache *c, void *ctx, ra_pgoff start,
   return read_pages_used (c, ctx, start, count, dst, true, err);
 }
 
-static void finish_job (struct rc_cache *c, struct rc_job *j, int r,
-                        int err);
-
 void
 rc_queue_job (struct rc_cache *c, ra_pgoff start, ra_pgoff count,
               bool async, struct rc_wait *wait)
@@ -301,6 +319,15 @@ rc_queue_job (struct rc_cache *c, ra_pgoff start, ra_pgoff count,
     RELEASE_LOCK (&c->qlock);
     rc_pc_complete (c->pc, start, count, NULL, 0, ESHUTDOWN);
     finish_job (c, j, -1, ESHUTDOWN);
+    return;
+  }
+  if (!wait && c->pool.nopen == 0) {
+    /* No worker can read it (no background connection), and no client
+     * waits to read it itself: drop it, its pages go back to absent.
+     */
+    RELEASE_LOCK (&c->qlock);
+    rc_pc_complete (c->pc, start, count, NULL, 0, ENOTCONN);
+    finish_job (c, j, -1, ENOTCONN);
     return;
   }
   atomic_fetch_add (&c->queued, 1);
@@ -392,50 +419,615 @@ finish_job (struct rc_cache *c, struct rc_job *j, int r, int err)
   free (j);
 }
 
+
+/* Take a queued sync job of group w (for its waiting client), or NULL.
+ * Called without c->qlock.
+ */
+static struct rc_job *
+steal_job (struct rc_cache *c, struct rc_wait *w)
+{
+  struct rc_job **pj, *j;
+
+  ACQUIRE_LOCK (&c->qlock);
+  for (pj = &c->sync_head; (j = *pj) != NULL; pj = &j->next) {
+    if (j->wait == w) {
+      *pj = j->next;
+      if (c->sync_tail == &j->next)
+        c->sync_tail = pj;
+      atomic_fetch_sub (&c->queued, 1);
+      break;
+    }
+  }
+  RELEASE_LOCK (&c->qlock);
+  return j;
+}
+
+/* ==== Background backend connections ===================================
+ *
+ * The workers share pool.n = min (ra-backend-connections, workers)
+ * backend connections (contexts from worker_open).  One connector
+ * thread opens them, one at a time, from the first rc_cache_connect on
+ * (so that a client connected to the backend first), and reopens a
+ * broken one with backoff (100 ms doubling to 5 s).  A worker takes a
+ * job only while a connection is open, and reads it through one of
+ * them (round robin); no worker ever waits for an open.  While none is
+ * open, async parts are dropped (src/cache.c treats it as congestion)
+ * and a client reads its sync batches itself (rc_wait_for).
+ *
+ * A server that allows only some connections (qemu-nbd: one by
+ * default) leaves the others in its listen backlog: their open never
+ * completes while the clients hold the slots.  An open still under way
+ * after RC_CONNECT_STALL_NS is logged once; the connections open then
+ * are all ra-cache keeps from then on (pool.limit), and the stalled open,
+ * if it completes at all (when a client disconnects and frees its slot),
+ * is closed at once, so that the slot goes to the next client waiting
+ * behind it in the backlog.
+ *
+ * A worker read that fails with an errno of a dead connection marks its
+ * connection broken; its last user closes it and the connector reopens
+ * it.  When the last open connection breaks, the queued jobs that no
+ * client waits to read itself are dropped.
+ *
+ * Shutdown: the workers are joined (they never block in an open); the
+ * connector is given RC_CONNECT_JOIN_NS to leave an open under way,
+ * then abandoned (detached): its state (struct rc_connector) outlives
+ * the cache, and if the open ever returns it closes the context and
+ * exits without touching the cache.
+ */
+
+#define RC_CONNECT_STALL_NS (UINT64_C (3) * 1000000000)
+#define RC_CONNECT_JOIN_NS  (UINT64_C (1) * 1000000000)
+#define RC_BACKOFF_MIN_NS   (UINT64_C (100) * 1000000)
+#define RC_BACKOFF_MAX_NS   (UINT64_C (5) * 1000000000)
+
+struct rc_connector {
+  struct rc_cache *c;           /* not to be used once abandoned */
+  struct rc_backend be;
+  pthread_t thread;
+  bool in_open, abandoned, exited; /* under connector_lock */
+};
+static pthread_mutex_t connector_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t
+mono_ns (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return (uint64_t) ts.tv_sec * 1000000000 + (uint64_t) ts.tv_nsec;
+}
+
+static void
+pool_log (struct rc_cache *c, bool error, const char *fmt, ...)
+  __attribute__ ((format (printf, 3, 4)));
+
+static void
+pool_log (struct rc_cache *c, bool error, const char *fmt, ...)
+{
+  char msg[320];
+  va_list ap;
+
+  if (!c->be.log)
+    return;
+  va_start (ap, fmt);
+  vsnprintf (msg, sizeof msg, fmt, ap);
+  va_end (ap);
+  c->be.log (c->be.opaque, error, msg);
+}
+
+/* The errors of a connection that is gone, as opposed to an error of
+ * one read.  The nbd plugin (libnbd) fails every request on a handle
+ * whose server went away with EINVAL ("invalid state: CLOSED"); a
+ * worker's reads are always within the export, so EINVAL means that.
+ */
+static bool
+conn_dead_errno (int err)
+{
+  switch (err) {
+  case ENOTCONN: case ESHUTDOWN: case ECONNRESET: case ECONNABORTED:
+  case EPIPE: case EBADF: case ECONNREFUSED: case EINVAL:
+    return true;
+  default:
+    return false;
+  }
+}
+
+static void
+set_nopen (struct rc_pool *p, unsigned n)
+{
+  p->nopen = n;
+  atomic_store (&p->nopen_now, n);
+}
+
+/* An open connection for a worker's next job, or NULL: one that no
+ * worker is using, if a context carries one call at a time.  Called
+ * with c->qlock held.
+ */
+static struct rc_conn *
+pick_conn (struct rc_cache *c)
+{
+  struct rc_pool *p = &c->pool;
+  unsigned i;
+
+  if (p->nopen == 0)
+    return NULL;
+  for (i = 0; i < p->n; i++) {
+    struct rc_conn *conn = &p->conn[(p->rr + i) % p->n];
+
+    if (conn->state == RC_CONN_OPEN &&
+        !(c->be.one_call_per_ctx && conn->users > 0)) {
+      p->rr = (p->rr + i + 1) % p->n;
+      return conn;
+    }
+  }
+  return NULL;
+}
+
+/* No connection is open any more: drop the queued jobs no client will
+ * read itself.  Called with c->qlock held.
+ */
+static void
+drop_orphans (struct rc_cache *c)
+{
+  struct rc_job **pj, *j, *dropped = NULL;
+  int k;
+
+  for (k = 0; k < 2; k++) {
+    struct rc_job **head = k == 0 ? &c->sync_head : &c->async_head;
+    struct rc_job ***tail = k == 0 ? &c->sync_tail : &c->async_tail;
+
+    pj = head;
+    while ((j = *pj) != NULL) {
+      if (j->wait) {
+        pj = &j->next;
+        continue;
+      }
+      *pj = j->next;
+      if (*tail == &j->next)
+        *tail = pj;
+      atomic_fetch_sub (&c->queued, 1);
+      if (k == 1)
+        atomic_fetch_sub (&c->queued_async, 1);
+      j->next = dropped;
+      dropped = j;
+    }
+  }
+  while ((j = dropped) != NULL) {
+    dropped = j->next;
+    rc_pc_complete (c->pc, j->start, j->count, NULL, 0, ENOTCONN);
+    finish_job (c, j, -1, ENOTCONN);
+  }
+}
+
+/* A read through conn found it dead.  Called with c->qlock held. */
+static void
+conn_broken (struct rc_cache *c, struct rc_conn *conn, int err)
+{
+  struct rc_pool *p = &c->pool;
+
+  if (conn->state != RC_CONN_OPEN)
+    return;
+  conn->state = RC_CONN_BROKEN;
+  set_nopen (p, p->nopen - 1);
+  p->broken++;
+  STAT_ADD (&c->stats, conn_lost, 1);
+  if (!p->outage_logged) {
+    p->outage_logged = true;
+    pool_log (c, true, "ra-cache: a background backend connection failed "
+              "(%s): reopening it with backoff; clients are served "
+              "meanwhile", strerror (err));
+  }
+  if (p->nopen == 0)
+    drop_orphans (c);
+  pthread_cond_signal (&p->ccond);
+}
+
+/* Close conn (no users).  Called with c->qlock held; drops it meanwhile. */
+static void
+conn_close (struct rc_cache *c, struct rc_conn *conn)
+{
+  void *ctx = conn->ctx;
+
+  conn->state = RC_CONN_CLOSING;
+  conn->ctx = NULL;
+  RELEASE_LOCK (&c->qlock);
+  if (c->be.worker_close)
+    c->be.worker_close (c->be.opaque, ctx);
+  ACQUIRE_LOCK (&c->qlock);
+  conn->state = RC_CONN_CLOSED;
+  pthread_cond_signal (&c->pool.ccond);
+}
+
 static void *
 worker_main (void *arg)
 {
   struct rc_cache *c = arg;
-  void *ctx = NULL;
-  bool opened = false;
   char *buf = malloc (c->cfg.io_max);
 
   ACQUIRE_LOCK (&c->qlock);
   for (;;) {
-    struct rc_job *j = dequeue (c, false);
+    struct rc_conn *conn = NULL;
+    struct rc_job *j = NULL;
     int r, err = 0;
 
+    /* A connection first, then a job: a job never waits for an open. */
+    if (buf && (conn = pick_conn (c)) != NULL)
+      j = dequeue (c, false);
     if (!j) {
       if (c->stopping)
         break;
       pthread_cond_wait (&c->qcond, &c->qlock);
       continue;
     }
+    conn->users++;
     RELEASE_LOCK (&c->qlock);
 
-    if (!opened && c->be.worker_open) {
-      ctx = c->be.worker_open (c->be.opaque);
-      opened = ctx != NULL;
-    }
-    if (!buf || (c->be.worker_open && !opened)) {
-      err = buf ? EIO : ENOMEM;
-      rc_pc_complete (c->pc, j->start, j->count, NULL, 0, err);
-      r = -1;
-    }
-    else {
-      inflight_add (c);
-      r = read_pages (c, ctx, j->start, j->count, buf, &err);
-    }
+    inflight_add (c);
+    r = read_pages (c, conn->ctx, j->start, j->count, buf, &err);
     finish_job (c, j, r, err);
 
     ACQUIRE_LOCK (&c->qlock);
+    conn->users--;
+    if (r == -1 && conn_dead_errno (err))
+      conn_broken (c, conn, err);
+    if (conn->state == RC_CONN_BROKEN && conn->users == 0)
+      conn_close (c, conn);
+  }
+  RELEASE_LOCK (&c->qlock);
+  free (buf);
+  return NULL;
+}
+
+/* No client is connected: close the open connections (a worker still
+ * reading through one closes it when done), so that a server that
+ * limits connections has its slots free for the next client.  Returns
+ * true if it dropped c->qlock.  Called with c->qlock held.
+ */
+static bool
+retire_idle (struct rc_cache *c)
+{
+  struct rc_pool *p = &c->pool;
+  unsigned i;
+
+  for (i = 0; i < p->n; i++) {
+    struct rc_conn *conn = &p->conn[i];
+
+    if (conn->state != RC_CONN_OPEN)
+      continue;
+    set_nopen (p, p->nopen - 1);
+    if (p->nopen == 0)
+      drop_orphans (c);
+    if (conn->users > 0)
+      conn->state = RC_CONN_BROKEN;
+    else {
+      conn_close (c, conn);
+      return true;
+    }
+  }
+  return false;
+}
+
+#define RC_RETIRE_DELAY_NS (UINT64_C (100) * 1000000)
+
+/* The connector waits on its condition for at most ns. */
+static void
+timedwait_ns (struct rc_cache *c, uint64_t ns)
+{
+  struct timespec ts;
+  uint64_t wake;
+
+  clock_gettime (CLOCK_REALTIME, &ts);
+  wake = (uint64_t) ts.tv_sec * 1000000000 + (uint64_t) ts.tv_nsec + ns;
+  ts.tv_sec = wake / 1000000000;
+  ts.tv_nsec = wake % 1000000000;
+  pthread_cond_timedwait (&c->pool.ccond, &c->qlock, &ts);
+}
+
+/* The connector thread: opens the pool's connections, one at a time. */
+static void *
+connector_main (void *arg)
+{
+  struct rc_connector *cn = arg;
+  struct rc_cache *c = cn->c;
+  struct rc_pool *p = &c->pool;
+
+  ACQUIRE_LOCK (&c->qlock);
+  while (!c->stopping) {
+    struct rc_conn *slot = NULL;
+    unsigned i, busy = 0;
+    uint64_t t0, dt;
+    void *ctx;
+    bool abandoned;
+
+    for (i = 0; i < p->n; i++) {
+      if (p->conn[i].state == RC_CONN_CLOSED) {
+        if (!slot)
+          slot = &p->conn[i];
+      }
+      else
+        busy++;               /* open, or still closing after a break */
+    }
+    t0 = mono_ns ();
+    /* Retire RC_RETIRE_DELAY_NS after the last client left: nbdkit
+     * closes that client's own plugin context after the filter's close
+     * returns, without the filter's lock; a serializing plugin must not
+     * see our close overlap it.
+     */
+    if (p->clients == 0 && p->nopen > 0 &&
+        t0 < p->last_leave_ns + RC_RETIRE_DELAY_NS) {
+      timedwait_ns (c, p->last_leave_ns + RC_RETIRE_DELAY_NS - t0);
+      continue;
+    }
+    if (p->clients == 0 && retire_idle (c))
+      continue;
+    if (p->clients == 0 || !slot || busy >= p->limit) {
+      pthread_cond_wait (&p->ccond, &c->qlock);
+      continue;
+    }
+    if (t0 < p->next_try_ns) {
+      timedwait_ns (c, p->next_try_ns - t0);
+      continue;
+    }
+    slot->state = RC_CONN_OPENING;
+    atomic_store (&p->open_started_ns, t0);
+    atomic_store (&p->opening, true);
+    RELEASE_LOCK (&c->qlock);
+
+    ACQUIRE_LOCK (&connector_lock);
+    cn->in_open = true;
+    RELEASE_LOCK (&connector_lock);
+    ctx = cn->be.worker_open (cn->be.opaque);
+    ACQUIRE_LOCK (&connector_lock);
+    cn->in_open = false;
+    abandoned = cn->abandoned;
+    RELEASE_LOCK (&connector_lock);
+    if (abandoned) {
+      /* The cache is gone: touch nothing of it. */
+      if (ctx && cn->be.worker_close)
+        cn->be.worker_close (cn->be.opaque, ctx);
+      free (cn);
+      return NULL;
+    }
+
+    dt = mono_ns () - t0;
+    ACQUIRE_LOCK (&c->qlock);
+    atomic_store (&p->opening, false);
+    if (!ctx) {
+      uint64_t backoff = RC_BACKOFF_MIN_NS << (p->failures < 6 ? p->failures : 6);
+
+      slot->state = RC_CONN_CLOSED;
+      p->failures++;
+      if (backoff > RC_BACKOFF_MAX_NS)
+        backoff = RC_BACKOFF_MAX_NS;
+      p->next_try_ns = mono_ns () + backoff;
+      STAT_ADD (&c->stats, conn_open_failures, 1);
+      if (!p->outage_logged) {
+        p->outage_logged = true;
+        pool_log (c, true, "ra-cache: cannot open a background backend "
+                  "connection: retrying with backoff; clients are served "
+                  "meanwhile");
+      }
+      continue;
+    }
+    if (!c->stopping && p->clients == 0 && dt < RC_CONNECT_STALL_NS &&
+        p->limit > p->max_open) {
+      /* It completed only once every client had gone: the server
+       * limits connections (the last client's slot went to it).  Keep
+       * no more than were open at once before.
+       */
+      p->limit = p->max_open;
+      STAT_ADD (&c->stats, conn_late, 1);
+      pool_log (c, false, "ra-cache: a background backend connection "
+                "opened only when the last client left: keeping at most "
+                "%u", p->limit);
+    }
+    if (c->stopping || p->clients == 0 || dt >= RC_CONNECT_STALL_NS) {
+      if (!c->stopping && dt >= RC_CONNECT_STALL_NS) {
+        /* It waited in the server's backlog until a client left: keep
+         * only what was open before, and give the slot back at once to
+         * whoever waits behind it.
+         */
+        STAT_ADD (&c->stats, conn_late, 1);
+        p->limit = busy;
+        pool_log (c, true, "ra-cache: a background backend connection "
+                  "opened only after %.1f s (the server limits "
+                  "connections?): closed again; keeping %u of %u",
+                  dt / 1e9, p->limit, p->n);
+      }
+      slot->ctx = ctx;
+      conn_close (c, slot);
+      continue;
+    }
+    slot->ctx = ctx;
+    slot->state = RC_CONN_OPEN;
+    set_nopen (p, p->nopen + 1);
+    if (p->nopen > p->max_open)
+      p->max_open = p->nopen;
+    p->failures = 0;
+    STAT_ADD (&c->stats, conn_opens, 1);
+    if (p->broken > 0) {
+      p->broken--;
+      STAT_ADD (&c->stats, conn_reconnects, 1);
+      if (p->outage_logged)
+        pool_log (c, false, "ra-cache: background backend connection "
+                  "reopened");
+    }
+    p->outage_logged = false;
+    pthread_cond_broadcast (&c->qcond);
   }
   RELEASE_LOCK (&c->qlock);
 
-  if (opened && c->be.worker_close)
-    c->be.worker_close (c->be.opaque, ctx);
-  free (buf);
+  ACQUIRE_LOCK (&connector_lock);
+  cn->exited = true;
+  RELEASE_LOCK (&connector_lock);
   return NULL;
+}
+
+bool
+rc_workers_ready (struct rc_cache *c)
+{
+  struct rc_pool *p = &c->pool;
+  uint64_t t0;
+
+  if (atomic_load (&p->nopen_now) > 0)
+    return true;
+  /* One log line when the first open has waited too long (a server that
+   * accepts one connection holds it in its backlog).
+   */
+  if (atomic_load (&p->opening) && !atomic_load (&p->stall_logged) &&
+      (t0 = atomic_load (&p->open_started_ns)) != 0 &&
+      mono_ns () - t0 >= RC_CONNECT_STALL_NS &&
+      !atomic_exchange (&p->stall_logged, true))
+    pool_log (c, true, "ra-cache: the backend has not accepted a "
+              "background connection in %.0f s (does it allow only one "
+              "connection?): readahead goes on without background reads",
+              (mono_ns () - t0) / 1e9);
+  return false;
+}
+
+/* How long a connecting client waits for the background connections,
+ * so that its first windows are read ahead like the later ones.
+ */
+#define RC_CONNECT_WAIT_NS (UINT64_C (200) * 1000000)
+
+void
+rc_cache_connect (struct rc_cache *c)
+{
+  struct rc_pool *p = &c->pool;
+  uint64_t deadline = mono_ns () + RC_CONNECT_WAIT_NS;
+
+  ACQUIRE_LOCK (&c->qlock);
+  if (p->clients++ == 0)
+    pthread_cond_signal (&p->ccond);
+  /* Not while opens fail (backoff), nor beyond what the server was
+   * seen to accept.
+   */
+  while (p->cn && p->nopen < p->limit && p->failures == 0 &&
+         !c->stopping && mono_ns () < deadline) {
+    struct timespec ts = { .tv_nsec = 2000000 };
+
+    RELEASE_LOCK (&c->qlock);
+    nanosleep (&ts, NULL);
+    ACQUIRE_LOCK (&c->qlock);
+  }
+  RELEASE_LOCK (&c->qlock);
+}
+
+void
+rc_cache_disconnect (struct rc_cache *c)
+{
+  ACQUIRE_LOCK (&c->qlock);
+  if (c->pool.clients > 0 && --c->pool.clients == 0) {
+    c->pool.last_leave_ns = mono_ns ();
+    pthread_cond_signal (&c->pool.ccond);
+  }
+  RELEASE_LOCK (&c->qlock);
+}
+
+unsigned
+rc_cache_connections (struct rc_cache *c)
+{
+  return atomic_load (&c->pool.nopen_now);
+}
+
+static int
+pool_start (struct rc_cache *c, unsigned nworkers)
+{
+  struct rc_pool *p = &c->pool;
+  unsigned i;
+  int e;
+
+  pthread_cond_init (&p->ccond, NULL);
+  p->n = c->cfg.backend_connections < nworkers
+    ? c->cfg.backend_connections : nworkers;
+  p->limit = p->n;
+  if (p->n == 0)
+    return 0;
+  p->conn = calloc (p->n, sizeof *p->conn);
+  if (!p->conn)
+    return -1;
+  if (!c->be.worker_open) {
+    /* No contexts to open: every connection is open (ctx NULL). */
+    for (i = 0; i < p->n; i++)
+      p->conn[i].state = RC_CONN_OPEN;
+    set_nopen (p, p->n);
+    return 0;
+  }
+  p->cn = calloc (1, sizeof *p->cn);
+  if (!p->cn)
+    return -1;
+  p->cn->c = c;
+  p->cn->be = c->be;
+  e = pthread_create (&p->cn->thread, NULL, connector_main, p->cn);
+  if (e != 0) {
+    free (p->cn);
+    p->cn = NULL;
+    errno = e;
+    return -1;
+  }
+  return 0;
+}
+
+/* After the workers have stopped: stop the connector and close every
+ * connection.
+ */
+static void
+pool_stop (struct rc_cache *c)
+{
+  struct rc_pool *p = &c->pool;
+  struct rc_connector *cn = p->cn;
+  unsigned i;
+
+  if (cn) {
+    uint64_t deadline = mono_ns () + RC_CONNECT_JOIN_NS;
+    bool exited, abandon = false;
+
+    ACQUIRE_LOCK (&c->qlock);
+    pthread_cond_signal (&p->ccond);
+    RELEASE_LOCK (&c->qlock);
+    for (;;) {
+      struct timespec ts = { .tv_nsec = 10000000 };
+
+      ACQUIRE_LOCK (&connector_lock);
+      exited = cn->exited;
+      /* Abandon it only inside worker_open: elsewhere it may be using
+       * the cache, and will exit soon.
+       */
+      if (!exited && cn->in_open && mono_ns () >= deadline)
+        abandon = cn->abandoned = true;
+      RELEASE_LOCK (&connector_lock);
+      if (exited || abandon)
+        break;
+      nanosleep (&ts, NULL);
+    }
+    if (abandon) {
+      pthread_detach (cn->thread);
+      pool_log (c, false, "ra-cache: a background backend connection was "
+                "still opening at shutdown: left behind");
+    }
+    else {
+      pthread_join (cn->thread, NULL);
+      free (cn);
+    }
+    p->cn = NULL;
+  }
+
+  ACQUIRE_LOCK (&c->qlock);
+  for (i = 0; i < p->n && p->conn; i++) {
+    struct rc_conn *conn = &p->conn[i];
+
+    if (conn->state == RC_CONN_OPEN || conn->state == RC_CONN_BROKEN) {
+      if (c->be.worker_open)
+        conn_close (c, conn);
+      else
+        conn->state = RC_CONN_CLOSED;
+    }
+  }
+  set_nopen (p, 0);
+  RELEASE_LOCK (&c->qlock);
+  free (p->conn);
+  p->conn = NULL;
+  p->n = 0;
 }
 
 int
@@ -457,6 +1049,12 @@ rc_workers_start (struct rc_cache *c, unsigned n)
     }
   }
   c->nworkers = n;
+  if (pool_start (c, n) == -1) {
+    e = errno;
+    rc_workers_stop (c);
+    errno = e;
+    return -1;
+  }
   return 0;
 }
 
@@ -482,4 +1080,5 @@ rc_workers_stop (struct rc_cache *c)
   free (c->workers);
   c->workers = NULL;
   c->nworkers = 0;
+  pool_stop (c);
 }

@@ -54,6 +54,17 @@ rc_stats_write_json (struct rc_cache *c, FILE *fp)
   fprintf (fp, "  \"invalidated_pages\": %" PRIu64 ",\n",
            STAT_GET (st, invalidated_pages));
   fprintf (fp, "  \"cache_bytes\": %" PRIu64 ",\n", STAT_GET (st, cache_bytes));
+  fprintf (fp, "  \"backend_connections\": %u,\n", rc_cache_connections (c));
+  fprintf (fp, "  \"backend_connection_opens\": %" PRIu64 ",\n",
+           STAT_GET (st, conn_opens));
+  fprintf (fp, "  \"backend_connection_failures\": %" PRIu64 ",\n",
+           STAT_GET (st, conn_open_failures));
+  fprintf (fp, "  \"backend_connections_lost\": %" PRIu64 ",\n",
+           STAT_GET (st, conn_lost));
+  fprintf (fp, "  \"backend_reconnects\": %" PRIu64 ",\n",
+           STAT_GET (st, conn_reconnects));
+  fprintf (fp, "  \"backend_connections_late\": %" PRIu64 ",\n",
+           STAT_GET (st, conn_late));
   fprintf (fp, "  \"cache_pages\": %" PRIu64 ",\n", pc.pages);
   fprintf (fp, "  \"cache_pages_inflight\": %" PRIu64 ",\n", pc.inflight);
   fprintf (fp, "  \"cache_pages_unused\": %" PRIu64 ",\n", pc.unused);

@@ -30,6 +30,13 @@ struct rc_backend {
    */
   void *(*worker_open) (void *opaque);
   void (*worker_close) (void *opaque, void *ctx);
+  /* Optional: log one line (error = true: always shown). */
+  void (*log) (void *opaque, bool error, const char *msg);
+  /* A context carries one call at a time (a plugin that serializes
+   * requests per connection, such as curl): a background connection is
+   * then used by one worker at a time.
+   */
+  bool one_call_per_ctx;
 };
 
 struct rc_cache;
@@ -48,6 +55,21 @@ struct rc_cache *rc_cache_new (const struct rc_config *cfg,
 void rc_cache_stop (struct rc_cache *c);
 /* Stop the workers if still running, and free everything. */
 void rc_cache_free (struct rc_cache *c);
+
+/* Background backend connections (src/prefetch.c): the workers open
+ * min (ra-backend-connections, workers) connections with worker_open,
+ * one at a time, while at least one client is connected: the filter
+ * calls rc_cache_connect once a client has its own backend context (so
+ * a server that allows one connection serves that client first) and
+ * rc_cache_disconnect when it goes.  When the last client goes the
+ * background connections are closed, so that such a server has its
+ * slots free for the next client.  A worker takes a job only while a
+ * connection is open.
+ */
+void rc_cache_connect (struct rc_cache *c);
+void rc_cache_disconnect (struct rc_cache *c);
+/* Background connections open now. */
+unsigned rc_cache_connections (struct rc_cache *c);
 
 /* Set the export size on first use; later calls return -1 if the size
  * differs (the connection must then not use the cache).

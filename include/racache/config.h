@@ -29,6 +29,13 @@
 #define RC_DEFAULT_RA_MAX          (UINT64_C(8) << 20)
 #define RC_DEFAULT_IO_MAX          (UINT64_C(1) << 20)
 #define RC_DEFAULT_MAX_BACKGROUND  12u
+/* Backend connections the workers share (ra-backend-connections): the
+ * nbd plugin (libnbd) and nbdkit's parallel plugins carry many reads at
+ * once on one connection, so 4 connections keep 12 workers busy, while
+ * servers that limit connections (qemu-nbd allows 1 by default, -e N)
+ * keep slots for clients.
+ */
+#define RC_DEFAULT_BACKEND_CONNECTIONS 4u
 /* Adaptive mode: a stream's largest window is never below this (nor
  * below ra-max, if that is smaller): the kernel's default ra_pages.
  */
@@ -56,6 +63,7 @@ struct rc_config {
   uint64_t ra_max;            /* bytes, largest window; 0 = readahead off */
   uint64_t io_max;            /* bytes, largest backend read */
   unsigned max_background;    /* async backend reads in flight, at most */
+  unsigned backend_connections; /* the workers' own backend connections */
   unsigned congestion_threshold; /* skip the async part at this many in flight;
                                   * 0 = 3/4 of max_background */
   unsigned congestion;        /* enum rc_congestion_policy */

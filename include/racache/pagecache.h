@@ -18,10 +18,13 @@
  * client), inactive (read once by a client: a stream's pages behind
  * it), active (read again, or read at random, branch G, or forced by
  * NBD_CMD_CACHE).  Fresh memory is expensive to touch the first time,
- * so a new page recycles the oldest inactive page (drop-behind) before
- * it takes fresh memory, keeping only a small reserve of them for
+ * so, when the export is larger than the cache, pages read once are
+ * given back for reuse behind the stream that read them (drop-behind,
+ * rc_pc_drop_behind) and a small reserve of them is kept for
  * short-term re-reads: a streaming reader turns over a small hot set,
- * and the cache grows only for data that earns its place.  In a full
+ * and the cache grows only for data that earns its place.  (An export
+ * that fits in the cache keeps every page it reads, as a plain LRU
+ * cache would, so that a second pass over it hits.)  In a full
  * shard, inactive pages go first; then unused pages (counted as
  * wasted) or active ones, oldest first, with unused pages aging twice
  * as fast so that a streaming reader's next window is not evicted

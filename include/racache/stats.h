@@ -33,6 +33,12 @@ struct rc_stats {
   _Atomic uint64_t evictions;         /* pages evicted to make room */
   _Atomic uint64_t invalidated_pages; /* pages dropped or marked stale by writes */
   _Atomic uint64_t cache_bytes;       /* bytes of page data in the cache now */
+  /* Background backend connections (src/prefetch.c). */
+  _Atomic uint64_t conn_opens;        /* opened (first time or again) */
+  _Atomic uint64_t conn_open_failures;/* opens that failed */
+  _Atomic uint64_t conn_lost;         /* open connections that broke */
+  _Atomic uint64_t conn_reconnects;   /* opens that replaced a broken one */
+  _Atomic uint64_t conn_late;         /* opens that completed too late: closed */
   /* Adaptive mode. */
   _Atomic uint64_t adapt_late;        /* reads that waited for a page read ahead */
   _Atomic uint64_t adapt_early;       /* async triggers taken early after that */

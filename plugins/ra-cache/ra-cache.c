@@ -58,7 +58,7 @@ __asm__ (".globl \"ra-cache_debug_verbose\"\n"
          "\t.set \"ra-cache_debug_verbose\", ra_cache_debug_verbose\n");
 
 static struct rc_config cfg;
-static bool serialize_backend;
+static bool serialize_backend, serialize_requests;
 static pthread_mutex_t backend_lock = PTHREAD_MUTEX_INITIALIZER;
 static nbdkit_backend *saved_backend;
 static struct rc_cache *cache;
@@ -69,6 +69,7 @@ struct handle {
   bool bypass;                  /* this connection does not use the cache */
   bool other_export;            /* ... because it named another export */
   int multi_conn;               /* the plugin's can_multi_conn */
+  bool connected;               /* counted by rc_cache_connect */
 };
 
 /* A connection's bypass flag is read by its requests, which may run in
@@ -238,6 +239,9 @@ ra_cache_config_complete (nbdkit_next_config_complete *next,
   "                            one page to 32M).\n" \
   "ra-max-background=N         Background workers: async reads in flight\n" \
   "                            (default 12; 1 to 256).\n" \
+  "ra-backend-connections=N    Backend connections the workers share\n" \
+  "                            (default 4; 0 to 256), opened once a\n" \
+  "                            client has connected.\n" \
   "ra-congestion-threshold=N   Skip async parts at N reads in flight\n" \
   "                            (default 9, 3/4 of ra-max-background;\n" \
   "                            1 to ra-max-background).\n" \
@@ -259,22 +263,26 @@ ra_cache_thread_model (void)
 /* serialize_backend: every call into the plugin takes backend_lock.
  * Needed only when the plugin allows one request at a time in the whole
  * server (SERIALIZE_ALL_REQUESTS, SERIALIZE_CONNECTIONS).  With
- * SERIALIZE_REQUESTS a plugin allows requests on different contexts in
- * parallel, one at a time per context: a client's context is only used
- * from that client's requests, which nbdkit already serializes, and each
- * worker context by its one worker thread, so no lock is needed.
+ * SERIALIZE_REQUESTS (serialize_requests) a plugin allows requests on
+ * different contexts in parallel, one at a time per context: a client's
+ * context is only used from that client's requests, which nbdkit
+ * already serializes, and the core lends a background connection to one
+ * worker at a time (struct rc_backend's one_call_per_ctx), so no lock
+ * is needed.
  */
 static int
 ra_cache_get_ready (int thread_model)
 {
   serialize_backend = thread_model == NBDKIT_THREAD_MODEL_SERIALIZE_CONNECTIONS
     || thread_model == NBDKIT_THREAD_MODEL_SERIALIZE_ALL_REQUESTS;
+  serialize_requests = thread_model == NBDKIT_THREAD_MODEL_SERIALIZE_REQUESTS;
   if (serialize_backend)
     nbdkit_debug ("ra-cache: the plugin serializes all requests: "
                   "backend calls from workers and clients take one lock");
   else if (thread_model == NBDKIT_THREAD_MODEL_SERIALIZE_REQUESTS)
     nbdkit_debug ("ra-cache: the plugin serializes requests per "
-                  "connection: each worker reads through its own context");
+                  "connection: a background connection carries one "
+                  "worker's read at a time");
   return 0;
 }
 
@@ -408,9 +416,10 @@ backend_worker_open (void *opaque)
   }
   if (serialize_backend)
     RELEASE_LOCK (&backend_lock);
+  /* The core retries with backoff and logs once (backend_log). */
   if (!next)
-    nbdkit_error ("ra-cache: a background worker could not open its "
-                  "backend context; its prefetch reads will fail");
+    nbdkit_debug ("ra-cache: a background backend connection could not "
+                  "be opened");
   return next;
 }
 
@@ -427,10 +436,20 @@ backend_worker_close (void *opaque, void *ctx)
     RELEASE_LOCK (&backend_lock);
 }
 
-static const struct rc_backend backend_ops = {
+static void
+backend_log (void *opaque, bool error, const char *msg)
+{
+  if (error)
+    nbdkit_error ("%s", msg);
+  else
+    nbdkit_debug ("%s", msg);
+}
+
+static struct rc_backend backend_ops = {
   .pread = backend_pread,
   .worker_open = backend_worker_open,
   .worker_close = backend_worker_close,
+  .log = backend_log,
 };
 
 static void
@@ -448,16 +467,19 @@ ra_cache_after_fork (nbdkit_backend *backend)
   nbdkit_debug ("ra-cache: config: ra-mode=%s ra-cache-size=%" PRIu64
                 " ra-cache-page-size=%" PRIu64 " ra-max=%" PRIu64
                 " ra-io-max=%" PRIu64 " ra-max-background=%u"
+                " ra-backend-connections=%u"
                 " ra-congestion-threshold=%u ra-congestion=%s"
                 " ra-cache-stats-interval=%u",
                 cfg.mode == RC_MODE_ADAPTIVE ? "adaptive" : "kernel",
                 cfg.cache_size, cfg.page_size, cfg.ra_max, cfg.io_max,
-                cfg.max_background, cfg.congestion_threshold,
+                cfg.max_background, cfg.backend_connections,
+                cfg.congestion_threshold,
                 cfg.congestion == RC_CONGESTION_WAIT ? "wait" : "skip",
                 cfg.stats_interval);
   /* Workers beyond one would only queue on the lock. */
   if (serialize_backend)
     nworkers = 1;
+  backend_ops.one_call_per_ctx = serialize_requests;
   cache = rc_cache_new (&cfg, &backend_ops, nworkers);
   if (!cache) {
     nbdkit_error ("ra-cache: cannot create the cache: %m");
@@ -604,6 +626,8 @@ ra_cache_close (void *handle)
 {
   struct handle *h = handle;
 
+  if (h->connected)
+    rc_cache_disconnect (cache);
   rc_stream_free (h->stream);
   free (h);
 }
@@ -646,6 +670,14 @@ ra_cache_prepare (nbdkit_next *next, void *handle, int readonly)
     nbdkit_debug ("ra-cache: export size %" PRIi64 " differs from the "
                   "cached export's: this connection is not cached", size);
     h->bypass = true;
+  }
+  /* This client has its backend connection: the workers may open
+   * theirs now (not before: a server that allows one connection must
+   * give it to the first client).
+   */
+  if (!h->bypass && !h->connected) {
+    rc_cache_connect (cache);
+    h->connected = true;
   }
   return 0;
 }

@@ -104,6 +104,10 @@ struct fake {
   unsigned fail_next;           /* the next N requests fail */
   int fail_errno;
   bool fail_workers;            /* requests with a worker's ctx fail */
+  int fail_workers_errno;       /* ... with this errno (0: EIO) */
+  bool open_fail;               /* worker_open returns NULL */
+  bool open_blocked;            /* worker_open waits while set */
+  unsigned open_waiting;        /* worker_opens waiting now */
 
   /* Requests touching [gate_lo, gate_hi) wait while gate_closed. */
   bool gate_closed;
@@ -193,7 +197,7 @@ fake_pread (void *opaque, void *ctx, void *buf, uint32_t count,
   else if (offset < f->err_hi && offset + count > f->err_lo)
     e = f->err_errno;
   else if (f->fail_workers && ctx != CLIENT_CTX)
-    e = EIO;
+    e = f->fail_workers_errno ? f->fail_workers_errno : EIO;
   else {
     /* Copy now: a request held at the gate returns the data of when it
      * started, as a real read racing with a write may.
@@ -244,6 +248,16 @@ fake_worker_open (void *opaque)
   if (!w)
     return NULL;
   pthread_mutex_lock (&f->lock);
+  while (f->open_blocked) {
+    f->open_waiting++;
+    pthread_cond_wait (&f->cond, &f->lock);
+    f->open_waiting--;
+  }
+  if (f->open_fail) {
+    pthread_mutex_unlock (&f->lock);
+    free (w);
+    return NULL;
+  }
   w->id = f->opened++;
   pthread_mutex_unlock (&f->lock);
   return w;
@@ -407,8 +421,30 @@ struct opts {
       .io_max = 128 * KiB, .bg = 4, .thresh = 4,                        \
       .policy = RC_CONGESTION_SKIP, __VA_ARGS__ })
 
+static struct rc_cache *mk_cache_nowait (struct fake *f, struct opts o);
+
 static struct rc_cache *
 mk_cache (struct fake *f, struct opts o)
+{
+  struct rc_cache *c = mk_cache_nowait (f, o);
+  unsigned want = o.bg < RC_DEFAULT_BACKEND_CONNECTIONS
+    ? o.bg : RC_DEFAULT_BACKEND_CONNECTIONS;
+  uint64_t deadline = now_ns () + PATIENCE_NS;
+
+  /* Wait for the workers' connections, so that the first windows are
+   * read as they would be later.
+   */
+  while (rc_cache_connections (c) < want && now_ns () < deadline)
+    sleep_ns (100000);
+  ck_assert_uint_eq (rc_cache_connections (c), want);
+  return c;
+}
+
+/* The cache as a client has just connected (rc_cache_connect): the
+ * workers' connections are being opened.
+ */
+static struct rc_cache *
+mk_cache_nowait (struct fake *f, struct opts o)
 {
   struct rc_config cfg;
   struct rc_backend be = {
@@ -432,6 +468,7 @@ mk_cache (struct fake *f, struct opts o)
   c = rc_cache_new (&cfg, &be, cfg.max_background);
   ck_assert (c != NULL);
   ck_assert_int_eq (rc_cache_set_export_size (c, f->size), 0);
+  rc_cache_connect (c);
   return c;
 }
 
@@ -1877,6 +1914,158 @@ START_TEST (test_stress_wait)
 }
 END_TEST
 
+/* ---- background connections ------------------------------------------ */
+
+/* Every read of a client, by its own context. */
+static bool
+all_by_client (struct fake *f, size_t from)
+{
+  size_t n, i;
+  struct req *r = fake_reqs_since (f, from, &n);
+  bool ok = true;
+
+  for (i = 0; i < n; i++)
+    if (r[i].ctx != CLIENT_CTX)
+      ok = false;
+  free (r);
+  return ok;
+}
+
+static bool
+wait_connections (struct rc_cache *c, unsigned n)
+{
+  uint64_t deadline = now_ns () + PATIENCE_NS;
+
+  while (rc_cache_connections (c) != n && now_ns () < deadline)
+    sleep_ns (1000000);
+  return rc_cache_connections (c) == n;
+}
+
+/* The backend refuses every extra connection: readahead goes on with
+ * the client's own reads (async parts dropped), nothing hangs; once it
+ * accepts them, prefetch works again.
+ */
+START_TEST (test_open_fails)
+{
+  struct fake f;
+  struct rc_cache *c;
+  struct rc_stream *s;
+  uint64_t off;
+
+  fake_init (&f, 8 * MiB);
+  f.open_fail = true;
+  c = mk_cache_nowait (&f, OPTS (.ra_max = 256 * KiB, .io_max = 64 * KiB));
+  s = rc_stream_new ();
+  for (off = 0; off < 2 * MiB; off += 16 * KiB)
+    RD_OK (c, s, &f, off, 16 * KiB);
+  ASSERT_IDLE (c);
+  ck_assert (all_by_client (&f, 0));
+  ck_assert_uint_eq (ST (c, async_pages), 0);
+  ck_assert_uint_gt (ST (c, async_skipped), 0);
+  ck_assert_uint_gt (ST (c, conn_open_failures), 0);
+  ck_assert_uint_eq (rc_cache_connections (c), 0);
+
+  pthread_mutex_lock (&f.lock);
+  f.open_fail = false;
+  pthread_mutex_unlock (&f.lock);
+  ck_assert_msg (wait_connections (c, 4), "the connections were not "
+                 "opened once the backend accepted them");
+  for (; off < 6 * MiB; off += 16 * KiB)
+    RD_OK (c, s, &f, off, 16 * KiB);
+  ASSERT_IDLE (c);
+  ck_assert_uint_gt (ST (c, async_pages), 0);
+  rc_stream_free (s);
+  free_cache (c, &f);
+  fake_free (&f);
+}
+END_TEST
+
+/* worker_open never returns (a server that holds the connection in its
+ * backlog): every read completes through the client's context, a
+ * multi-batch sync part included, and the cache stops within seconds.
+ */
+START_TEST (test_open_blocks)
+{
+  struct fake f;
+  struct rc_cache *c;
+  struct rc_stream *s;
+  uint64_t off, t0, deadline;
+
+  fake_init (&f, 8 * MiB);
+  f.open_blocked = true;
+  /* A 16 KiB io_max: a 64 KiB read's sync part is several batches. */
+  c = mk_cache_nowait (&f, OPTS (.ra_max = 256 * KiB, .io_max = 16 * KiB));
+  s = rc_stream_new ();
+  for (off = 0; off < 2 * MiB; off += 64 * KiB)
+    RD_OK (c, s, &f, off, 64 * KiB);
+  RD_OK (c, s, &f, 5 * MiB, 256 * KiB);
+  ASSERT_IDLE (c);
+  ck_assert (all_by_client (&f, 0));
+  ck_assert_uint_eq (f.open_waiting, 1);
+  t0 = now_ns ();
+  rc_stream_free (s);
+  rc_cache_free (c);
+  ck_assert_msg (now_ns () - t0 < UINT64_C (5) * 1000000000,
+                 "stopping took %.1f s", (now_ns () - t0) / 1e9);
+  /* The abandoned open returns now: its context is closed at once. */
+  pthread_mutex_lock (&f.lock);
+  f.open_blocked = false;
+  pthread_cond_broadcast (&f.cond);
+  pthread_mutex_unlock (&f.lock);
+  deadline = now_ns () + PATIENCE_NS;
+  while ((f.opened != f.closed || f.open_waiting) && now_ns () < deadline)
+    sleep_ns (1000000);
+  ck_assert_uint_eq (f.opened, 1);
+  ck_assert_uint_eq (f.closed, 1);
+  sleep_ns (50000000);        /* let the connector thread exit */
+  fake_free (&f);
+}
+END_TEST
+
+/* The backend restarts: the workers' connections fail with ENOTCONN,
+ * are closed and reopened (counted), and the reader never sees it.
+ */
+START_TEST (test_conn_lost)
+{
+  struct fake f;
+  struct rc_cache *c;
+  struct rc_stream *s;
+  uint64_t off;
+
+  fake_init (&f, 16 * MiB);
+  c = mk_cache (&f, OPTS (.ra_max = 256 * KiB, .io_max = 64 * KiB));
+  s = rc_stream_new ();
+  pthread_mutex_lock (&f.lock);
+  f.fail_workers = true;
+  f.fail_workers_errno = ENOTCONN;
+  pthread_mutex_unlock (&f.lock);
+  for (off = 0; off < 2 * MiB; off += 16 * KiB)
+    RD_OK (c, s, &f, off, 16 * KiB);
+  ASSERT_IDLE (c);
+  ck_assert_uint_gt (ST (c, conn_lost), 0);
+  pthread_mutex_lock (&f.lock);
+  f.fail_workers = false;
+  pthread_mutex_unlock (&f.lock);
+  ck_assert_msg (wait_connections (c, 4), "not reopened");
+  ck_assert_uint_gt (ST (c, conn_reconnects), 0);
+  ck_assert_uint_eq (ST (c, conn_reconnects), ST (c, conn_lost));
+  {
+    uint64_t before = ST (c, async_pages);
+
+    for (; off < 8 * MiB; off += 16 * KiB)
+      RD_OK (c, s, &f, off, 16 * KiB);
+    ASSERT_IDLE (c);
+    ck_assert_uint_gt (ST (c, async_pages), before);
+  }
+  /* No client left: the connections are closed. */
+  rc_cache_disconnect (c);
+  ck_assert_msg (wait_connections (c, 0), "not closed without clients");
+  rc_stream_free (s);
+  free_cache (c, &f);
+  fake_free (&f);
+}
+END_TEST
+
 /* ---- the suite -------------------------------------------------------- */
 
 static Suite *
@@ -1933,6 +2122,13 @@ cache_suite (void)
   tc = tcase_create ("fill");
   tcase_add_test (tc, test_fill);
   tcase_add_test (tc, test_fill_small_io);
+  tcase_set_timeout (tc, 120);
+  suite_add_tcase (s, tc);
+
+  tc = tcase_create ("connections");
+  tcase_add_test (tc, test_open_fails);
+  tcase_add_test (tc, test_open_blocks);
+  tcase_add_test (tc, test_conn_lost);
   tcase_set_timeout (tc, 120);
   suite_add_tcase (s, tc);
 
