@@ -268,7 +268,7 @@ do_demo ()
   trap 'exit 129' HUP
   bench_init
 
-  local size row label bs count depth s0 s1 mb0 mb1 bytes cpu0 cpu1 flt0 flt1 x
+  local size row label bs count depth s0 s1 mb0 mb1 bytes cpu0 cpu1 flt0 flt1
   if [ ${#backend[@]} -eq 0 ]; then
     say "backend: nbdkit --filter=delay pattern $DEMO_SIZE rdelay=$RDELAY (a slow \"remote\" server)"
     say "front:   nbdkit nbd socket=BACKEND [--filter=ra-cache]"
@@ -299,7 +299,7 @@ do_demo ()
       bench_qemu_img "$(bench_uri front)" "$bs" "$count" "$depth" ||
       die "qemu-img bench failed without the filter"
     bench_stop_all
-    read -r cpu0 flt0 x x < <(bench_rusage front)
+    read -r cpu0 flt0 _ _ < <(bench_rusage front)
     start_cell yes
     bench_client "$bench_tmpdir/s1" \
       bench_qemu_img "$(bench_uri front)" "$bs" "$count" "$depth" || {
@@ -308,7 +308,7 @@ do_demo ()
         die "qemu-img bench failed with ra-cache"
       }
     bench_stop_all
-    read -r cpu1 flt1 x x < <(bench_rusage front)
+    read -r cpu1 flt1 _ _ < <(bench_rusage front)
     s0=$(cat "$bench_tmpdir/s0")
     s1=$(cat "$bench_tmpdir/s1")
     mb0=$(bench_mbps "$bytes" "$s0")

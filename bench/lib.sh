@@ -243,14 +243,12 @@ EOF
   fi
   bench_servers+=("$name")
   for ((i = 0; i < SERVER_TIMEOUT * 10; i++)); do
-    if [ -s "$pidfile" ] && bench_unix_listening "$sock"; then
-      cat "$pidfile" > "$bench_tmpdir/$name.daemonpid"
-      return 0
-    fi
+    # The pid as soon as it is there, for bench_cleanup.
+    [ -s "$pidfile" ] && cat "$pidfile" > "$bench_tmpdir/$name.daemonpid"
+    bench_unix_listening "$sock" && [ -s "$pidfile" ] && return 0
     sleep 0.1
   done
   echo "${0##*/}: nbd-server $name was not listening on $sock within ${SERVER_TIMEOUT}s (it logs to syslog only)" >&2
-  [ -s "$pidfile" ] && cat "$pidfile" > "$bench_tmpdir/$name.daemonpid"
   bench_stop "$name"
   return 1
 }

@@ -134,9 +134,11 @@ disk=$IMAGE_DIR/disk-$DISK_SIZE-v1.img
 if [ ! -f "$disk" ]; then
   mkdir -p "$IMAGE_DIR"
   echo "servers.sh: making $disk (once)" >&2
-  head -c "$disk_bytes" /dev/urandom > "$disk.tmp$$" &&
-    [ "$(stat -c %s "$disk.tmp$$")" -eq "$disk_bytes" ] ||
-    { rm -f "$disk.tmp$$"; bench_die "cannot make $disk"; }
+  if ! head -c "$disk_bytes" /dev/urandom > "$disk.tmp$$" ||
+     [ "$(stat -c %s "$disk.tmp$$")" -ne "$disk_bytes" ]; then
+    rm -f "$disk.tmp$$"
+    bench_die "cannot make $disk"
+  fi
   mv "$disk.tmp$$" "$disk"
 fi
 # lighttpd's document root: the disk as disk.img (lighttpd follows symlinks).
@@ -144,6 +146,7 @@ mkdir "$bench_tmpdir/www"
 ln -s "$disk" "$bench_tmpdir/www/disk.img"
 
 # ---- one run -------------------------------------------------------------------
+# shellcheck disable=SC2034 # cost, mbps_raw: read by table (namerefs)
 declare -A runs=() cell=() cost=() mbps_raw=() perg_raw=()
 failed=0
 
@@ -225,9 +228,11 @@ for r in $ROWS; do
     [ -n "${cell[$r,$c]:-}" ] && continue
     [ -n "${runs[$r,$c]:-}" ] || { cell[$r,$c]=n/a; continue; }
     read -r mb cpu minflt < <(printf '%s' "${runs[$r,$c]}" | bench_median_line 1)
+    # shellcheck disable=SC2034 # read by table (a nameref)
     mbps_raw[$r,$c]=$mb
     cell[$r,$c]=$(bench_mbps "$mb" 1e-6)
     perg_raw[$r,$c]=$(bench_per_gib "$cpu" "$bytes")
+    # shellcheck disable=SC2034
     cost[$r,$c]="${perg_raw[$r,$c]} ($cpu s, $minflt)"
   done
 done
