@@ -146,7 +146,6 @@ mkdir "$bench_tmpdir/www"
 ln -s "$disk" "$bench_tmpdir/www/disk.img"
 
 # ---- one run -------------------------------------------------------------------
-# shellcheck disable=SC2034 # cost, mbps_raw: read by table (namerefs)
 declare -A runs=() cell=() cost=() mbps_raw=() perg_raw=()
 failed=0
 
