@@ -139,7 +139,7 @@ bench_rusage ()
 bench_stop ()
 {
   local name=$1 pidf=$bench_tmpdir/$1.bgpid pid srv i
-  if [ -f "$bench_tmpdir/$name.daemonpid" ]; then
+  if [ -f "$bench_tmpdir/$name.daemonconf" ]; then
     _bench_stop_daemon "$name"
     return 0
   fi
@@ -216,10 +216,14 @@ bench_free_port ()
 # read-only under the name EXPORT (the only export: a client must ask for
 # it by name) on $(bench_sock NAME), configured by $bench_tmpdir/NAME.conf.
 # nbd-server always detaches: its -d ("do not fork") serves a single
-# connection and exits, while the filters open several.  The daemon's pid
-# (its -p pidfile) goes to NAME.daemonpid; bench_stop sends it SIGTERM
-# (on which it stops its per-connection children, removes its pidfile and
-# exits 0) and waits until it is gone.  nbd-server logs to syslog only.
+# connection and exits, while the filters open several.  bench_stop finds
+# its processes (the daemon and its per-connection children) by that
+# configuration file, which only they have on their command line, sends
+# them SIGTERM (the daemon then stops its children, removes its pidfile
+# and exits 0) and waits until they are gone (SIGKILL after
+# SERVER_TIMEOUT).  The pidfile alone is not enough: a daemon that got
+# SIGTERM in its first instants was seen to live on.  nbd-server logs to
+# syslog only.
 bench_start_nbd_server ()
 {
   local name=$1 file=$2 export=$3 i
@@ -236,21 +240,34 @@ bench_start_nbd_server ()
     exportname = $file
     readonly = true
 EOF
+  echo "$conf" > "$bench_tmpdir/$name.daemonconf"
+  bench_servers+=("$name")
   if ! nbd-server -C "$conf" -p "$pidfile" </dev/null >"$bench_tmpdir/$name.log" 2>&1; then
     echo "${0##*/}: nbd-server $name failed to start:" >&2
     sed 's/^/    /' "$bench_tmpdir/$name.log" >&2
+    bench_stop "$name"
     return 1
   fi
-  bench_servers+=("$name")
   for ((i = 0; i < SERVER_TIMEOUT * 10; i++)); do
-    # The pid as soon as it is there, for bench_cleanup.
-    [ -s "$pidfile" ] && cat "$pidfile" > "$bench_tmpdir/$name.daemonpid"
-    bench_unix_listening "$sock" && [ -s "$pidfile" ] && return 0
+    [ -s "$pidfile" ] && bench_unix_listening "$sock" && return 0
     sleep 0.1
   done
   echo "${0##*/}: nbd-server $name was not listening on $sock within ${SERVER_TIMEOUT}s (it logs to syslog only)" >&2
   bench_stop "$name"
   return 1
+}
+
+# _bench_pids_with_arg ARG: the live (not zombie) processes that have ARG
+# as one of their arguments.
+_bench_pids_with_arg ()
+{
+  local f pid
+  for f in /proc/[0-9]*/cmdline; do
+    pid=${f#/proc/}; pid=${pid%/cmdline}
+    [ "$pid" = "$$" ] || [ "$pid" = "$BASHPID" ] && continue
+    tr '\0' '\n' < "$f" 2>/dev/null | grep -qxF -- "$1" || continue
+    _bench_alive "$pid" && echo "$pid"
+  done
 }
 
 # _bench_alive PID: PID exists and is not a zombie (a detached daemon's
@@ -264,16 +281,20 @@ _bench_alive ()
 
 _bench_stop_daemon ()
 {
-  local name=$1 pid i
-  pid=$(cat "$bench_tmpdir/$name.daemonpid")
-  rm -f "$bench_tmpdir/$name.daemonpid"
-  kill -TERM "$pid" 2>/dev/null || true
+  local name=$1 conf pids i
+  conf=$(cat "$bench_tmpdir/$name.daemonconf")
+  rm -f "$bench_tmpdir/$name.daemonconf"
   for ((i = 0; i < SERVER_TIMEOUT * 10; i++)); do
-    _bench_alive "$pid" || return 0
+    pids=$(_bench_pids_with_arg "$conf")
+    [ -n "$pids" ] || return 0
+    # Again every second: a signal in the daemon's first instants may be lost.
+    # shellcheck disable=SC2086 # a list of pids
+    (( i % 10 == 0 )) && kill -TERM $pids 2>/dev/null
     sleep 0.1
   done
-  echo "${0##*/}: server $name (pid $pid) ignored SIGTERM for ${SERVER_TIMEOUT}s: killing it" >&2
-  kill -KILL "$pid" 2>/dev/null || true
+  echo "${0##*/}: server $name (pids $pids) ignored SIGTERM for ${SERVER_TIMEOUT}s: killing it" >&2
+  # shellcheck disable=SC2086
+  kill -KILL $pids 2>/dev/null || true
 }
 
 # bench_start_lighttpd NAME DOCROOT: lighttpd in the foreground (-D) serving
