@@ -38,11 +38,13 @@ sanbuilddir=$srcdir/build-asan
 # The Debian 12 packages everything here needs: building (toolchain,
 # nbdkit, libnbd, libev, libconfig, Check, pod2man), the test suite
 # (nbdsh and its python3 binding, qemu-img, nbdfuse, nbd-client,
-# valgrind, and nbd-server and lighttpd as real backends) and the benchmarks (fio).
+# valgrind, and nbd-server and lighttpd as real backends) and the
+# benchmarks (fio; GNU time for the front server's rusage; nbd-server
+# and lighttpd for bench/servers.sh).
 packages=(nbdkit nbdkit-plugin-dev libnbd-dev libnbd-bin python3-libnbd
           libev-dev libconfig-dev check qemu-utils fio nbd-client
           autoconf automake libtool pkg-config make gcc perl valgrind
-          nbd-server lighttpd)
+          time nbd-server lighttpd)
 
 say ()
 {
@@ -243,9 +245,9 @@ start_cell ()
   if [ ${#backend[@]} -eq 0 ]; then
     bench_start back --filter=delay pattern "$DEMO_SIZE" rdelay="$RDELAY" ||
       exit 1
-    bench_start front "${f[@]}" nbd socket="$(bench_sock back)" || exit 1
+    bench_start_timed front "${f[@]}" nbd socket="$(bench_sock back)" || exit 1
   else
-    bench_start front "${f[@]}" "${backend[@]}" || exit 1
+    bench_start_timed front "${f[@]}" "${backend[@]}" || exit 1
   fi
 }
 
@@ -267,7 +269,7 @@ do_demo ()
   trap 'exit 129' HUP
   bench_init
 
-  local size row label bs count depth s0 s1 mb0 mb1 bytes
+  local size row label bs count depth s0 s1 mb0 mb1 bytes cpu0 cpu1 flt0 flt1
   if [ ${#backend[@]} -eq 0 ]; then
     say "backend: nbdkit --filter=delay pattern $DEMO_SIZE rdelay=$RDELAY (a slow \"remote\" server)"
     say "front:   nbdkit nbd socket=BACKEND [--filter=ra-cache]"
@@ -280,9 +282,10 @@ do_demo ()
   bench_stop_all
 
   echo
-  printf '%-34s %14s %14s %10s\n' "qemu-img bench, fresh servers" \
-    "no filter" "ra-cache" "ratio"
-  printf '%-34s %14s %14s %10s\n' "" "MB/s" "MB/s" ""
+  printf '%-34s %10s %10s %7s  %-17s %-17s %9s %9s\n' "qemu-img bench, fresh servers" \
+    "no filter" "ra-cache" "ratio" "no filter" "ra-cache" "no filter" "ra-cache"
+  printf '%-34s %10s %10s %7s  %-17s %-17s %9s %9s\n' "" "MB/s" "MB/s" "" \
+    "CPU s (s/GiB)" "CPU s (s/GiB)" "min. flt" "min. flt"
   for row in "${demo_rows[@]}"; do
     read -r label bs count depth <<<"$row"
     label=${label//_/ }
@@ -296,6 +299,8 @@ do_demo ()
     bench_client "$bench_tmpdir/s0" \
       bench_qemu_img "$(bench_uri front)" "$bs" "$count" "$depth" ||
       die "qemu-img bench failed without the filter"
+    bench_stop_all
+    read -r cpu0 flt0 _ _ < <(bench_rusage front)
     start_cell yes
     bench_client "$bench_tmpdir/s1" \
       bench_qemu_img "$(bench_uri front)" "$bs" "$count" "$depth" || {
@@ -304,15 +309,20 @@ do_demo ()
         die "qemu-img bench failed with ra-cache"
       }
     bench_stop_all
+    read -r cpu1 flt1 _ _ < <(bench_rusage front)
     s0=$(cat "$bench_tmpdir/s0")
     s1=$(cat "$bench_tmpdir/s1")
     mb0=$(bench_mbps "$bytes" "$s0")
     mb1=$(bench_mbps "$bytes" "$s1")
-    printf '%-34s %14s %14s %9sx\n' "$label" "$mb0" "$mb1" \
-      "$(bench_ratio "$s0" "$s1" 1)"
+    printf '%-34s %10s %10s %6sx  %-17s %-17s %9s %9s\n' "$label" "$mb0" "$mb1" \
+      "$(bench_ratio "$s0" "$s1" 1)" \
+      "$cpu0 ($(bench_per_gib "$cpu0" "$bytes"))" \
+      "$cpu1 ($(bench_per_gib "$cpu1" "$bytes"))" "$flt0" "$flt1"
   done
   echo
   say "MB/s = 10^6 bytes/s as qemu-img saw it; ratio = ra-cache / no filter."
+  say "CPU s, min. flt: the front nbdkit's own user+system CPU seconds and minor page"
+  say "faults over its whole life (GNU time); s/GiB: CPU s per GiB read."
   say "bench/compare.sh compares more workloads and nbdkit's readahead+cache filters."
 }
 

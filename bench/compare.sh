@@ -14,7 +14,11 @@
 # bytes/s, as the client saw it) and the backend amplification: bytes the
 # backend served (counted by nbdkit-stats-filter, outermost on the
 # backend, so it sees exactly what the front asked for) / bytes the client
-# read.  Configurations (columns):
+# read.  A second table gives what the front server cost: the front
+# nbdkit runs under GNU time (/usr/bin/time), which reports its own
+# rusage when it exits: CPU seconds (user + system, all threads, the whole
+# life of the server), minor page faults, and CPU seconds per GiB the
+# client read.  Configurations (columns):
 #
 #   ceiling          rdelay=0, front without a filter: the no-latency ceiling
 #   plain            rdelay=RDELAY, front without a filter
@@ -29,7 +33,9 @@
 #                    that serves hits locally
 #
 # Workloads (rows): qemu-img bench sequential reads of 4 KiB, 64 KiB and
-# 1 MiB at depth 1 and of 64 KiB at depth 8 (COUNT_* requests each); fio
+# 1 MiB at depth 1 and of 64 KiB at depth 8 (COUNT_* requests each); short
+# jobs: qemu-img bench sequential 64 KiB at depth 8 and 1 MiB at depth 1
+# over 256 MiB, and 64 KiB at depth 1 over 128 MiB (SHORT_*); fio
 # (ioengine=nbd) random 4 KiB reads at depth 1 for DURATION seconds; and
 # fio sequential 64 KiB reads; and ra-bench (RA_BENCH) for DURATION
 # seconds: 4 sequential streams of 16 KiB reads interleaved round-robin on
@@ -45,12 +51,15 @@
 #   RA_CACHE_ARGS []      extra ra-cache parameters, e.g. "ra-max=8M"
 #   CONFIGS ["ceiling plain readahead+cache ra-cache"]   columns to run,
 #                         in this order; may add single-hop
-#   WORKLOADS ["seq4k seq64k seq1m seq64k-d8 fioseq64k rand4k interleave16k
-#              multiconn64k strided64k backward64k"]
+#   WORKLOADS ["seq4k seq64k seq1m seq64k-d8 short64k-d8 short1m short64k
+#              fioseq64k rand4k interleave16k multiconn64k strided64k
+#              backward64k"]
 #   RA_BENCH [build/ra-bench]
 #   COUNT_4K [6000] COUNT_64K [4000] COUNT_1M [3000] COUNT_64K_D8 [6000]
 #                         qemu-img bench requests per cell (capped to the
 #                         export size)
+#   SHORT_64K_D8 [256M] SHORT_1M [256M] SHORT_64K [128M]
+#                         bytes read by the short-job rows
 #   DURATION [5]          seconds per fio, interleave and ra-bench cell
 #   REPEAT [3]            runs per cell; the table shows the median run
 #                         (by MB/s) with its amplification
@@ -59,8 +68,8 @@
 #   PYTHON [/usr/bin/python3]  a python3 with the nbd module (python3-libnbd)
 #   BENCH_KEEP_TMP        set to keep the temporary directory (logs, stats)
 #
-# With the defaults the whole run takes about 6 minutes on 2 cores
-# (REPEAT=1: 2 minutes).
+# With the defaults the whole run takes about 8 minutes on 2 cores
+# (REPEAT=1: 3 minutes).
 # Exit status: 0, or 1 if any cell failed (its server log is shown).
 
 set -euo pipefail
@@ -75,11 +84,14 @@ top=$(dirname "$here")
 : "${FILTER:=$top/build/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so}"
 : "${RA_CACHE_ARGS:=}"
 : "${CONFIGS:=ceiling plain readahead+cache ra-cache}"
-: "${WORKLOADS:=seq4k seq64k seq1m seq64k-d8 fioseq64k rand4k interleave16k multiconn64k strided64k backward64k}"
+: "${WORKLOADS:=seq4k seq64k seq1m seq64k-d8 short64k-d8 short1m short64k fioseq64k rand4k interleave16k multiconn64k strided64k backward64k}"
 : "${COUNT_4K:=6000}"
 : "${COUNT_64K:=4000}"
 : "${COUNT_1M:=3000}"
 : "${COUNT_64K_D8:=6000}"
+: "${SHORT_64K_D8:=256M}"
+: "${SHORT_1M:=256M}"
+: "${SHORT_64K:=128M}"
 : "${DURATION:=5}"
 : "${REPEAT:=3}"
 : "${RESULTS:=}"
@@ -97,7 +109,7 @@ read -r -a backend_args <<<"$BACKEND"
 read -r -a ra_cache_args <<<"$RA_CACHE_ARGS"
 
 # ---- preflight -----------------------------------------------------------
-for c in "$NBDKIT" qemu-img fio nbdinfo timeout awk; do
+for c in "$NBDKIT" qemu-img fio nbdinfo timeout awk "$BENCH_TIME"; do
   command -v "$c" >/dev/null 2>&1 || bench_die "$c is not installed (./run.sh demo installs everything)"
 done
 fio --enghelp=nbd >/dev/null 2>&1 ||
@@ -132,6 +144,9 @@ declare -A wl_label=(
   [seq64k]="sequential 64 KiB reads, depth 1"
   [seq1m]="sequential 1 MiB reads, depth 1"
   [seq64k-d8]="sequential 64 KiB reads, depth 8"
+  [short64k-d8]="short job: seq. 64 KiB, depth 8, $SHORT_64K_D8"
+  [short1m]="short job: seq. 1 MiB, depth 1, $SHORT_1M"
+  [short64k]="short job: seq. 64 KiB, depth 1, $SHORT_64K"
   [rand4k]="random 4 KiB reads (fio), depth 1"
   [interleave16k]="4 streams interleaved, 16 KiB"
   [fioseq64k]="sequential 64 KiB reads (fio), depth 1"
@@ -142,6 +157,10 @@ declare -A wl_label=(
 for w in $WORKLOADS; do
   [ -n "${wl_label[$w]+x}" ] || bench_die "unknown workload $w (known: ${!wl_label[*]})"
 done
+declare -A short_bytes=()
+short_bytes[short64k-d8]=$(bench_size_bytes "$SHORT_64K_D8") || bench_die "bad SHORT_64K_D8"
+short_bytes[short1m]=$(bench_size_bytes "$SHORT_1M") || bench_die "bad SHORT_1M"
+short_bytes[short64k]=$(bench_size_bytes "$SHORT_64K") || bench_die "bad SHORT_64K"
 for c in $CONFIGS; do
   case "$c" in
     ceiling|plain|readahead+cache|ra-cache|ra-cache-wait|single-hop) ;;
@@ -220,6 +239,9 @@ run_workload ()
     seq64k)        qemu_seq "$uri" 65536 "$COUNT_64K" 1 ;;
     seq1m)         qemu_seq "$uri" 1048576 "$COUNT_1M" 1 ;;
     seq64k-d8)     qemu_seq "$uri" 65536 "$COUNT_64K_D8" 8 ;;
+    short64k-d8)   qemu_seq "$uri" 65536 $((short_bytes[short64k-d8] / 65536)) 8 ;;
+    short1m)       qemu_seq "$uri" 1048576 $((short_bytes[short1m] / 1048576)) 1 ;;
+    short64k)      qemu_seq "$uri" 65536 $((short_bytes[short64k] / 65536)) 1 ;;
     rand4k)        fio_rand "$uri" ;;
     interleave16k) ra_bench "$uri" -p interleaved --streams 4 -s 16K ;;
     fioseq64k)     fio_seq "$uri" ;;
@@ -230,8 +252,10 @@ run_workload ()
 }
 
 # ---- one cell --------------------------------------------------------------
-# runs[CONFIG,WORKLOAD]: one line "MB/s amplification" per successful run.
-declare -A runs=() cell=() mbps_raw=()
+# runs[CONFIG,WORKLOAD]: one line "MB/s amplification CPU-s minor-faults
+# client-bytes" per successful run (CPU-s, faults: the front's; n/a for
+# single-hop).
+declare -A runs=() cell=() mbps_raw=() cost=() perg_raw=()
 failed=0
 
 # run_cell CONFIG WORKLOAD REP: fresh backend and front, one client run;
@@ -239,7 +263,7 @@ failed=0
 run_cell ()
 {
   local c=$1 w=$2 rep=$3 delay=$RDELAY stats=$bench_tmpdir/back.stats
-  local client=front bytes secs back_bytes mb amp
+  local client=front bytes secs back_bytes mb amp cpu minflt majflt maxrss
   local -a front
 
   [ "$c" = ceiling ] && delay=0
@@ -253,10 +277,10 @@ run_cell ()
   [ "$c" = ra-cache ] && front+=("${ra_cache_args[@]}")
   [ "$c" = ra-cache-wait ] && front+=(ra-congestion=wait "${ra_cache_args[@]}")
 
-  rm -f "$stats" "$bench_tmpdir"/*.log
+  rm -f "$stats" "$bench_tmpdir"/*.log "$bench_tmpdir/front.rusage"
   if ! bench_start back --filter=stats --filter=delay "${backend_args[@]}" \
          rdelay="$delay" statsfile="$stats" statsappend=false ||
-     { [ "$client" = front ] && ! bench_start front "${front[@]}"; }; then
+     { [ "$client" = front ] && ! bench_start_timed front "${front[@]}"; }; then
     bench_stop_all
     cell[$c,$w]=FAIL
     failed=1
@@ -274,22 +298,24 @@ run_cell ()
   # (background reads included) before it writes its stats at exit.
   bench_stop front
   bench_stop back
+  read -r cpu minflt majflt maxrss < <(bench_rusage front)
   read -r bytes secs < "$bench_tmpdir/result"
   back_bytes=$(bench_stats_read_bytes "$stats")
   mb=$(awk -v b="$bytes" -v s="$secs" 'BEGIN { printf "%.6f\n", b / s / 1e6 }')
   amp=$(bench_ratio "$back_bytes" "$bytes" 2)
-  runs[$c,$w]+="$mb $amp"$'\n'
-  printf '%-16s %-34s %-16s' "$c" "${wl_label[$w]}" \
-    "$(bench_mbps "$bytes" "$secs") ($amp)" >&2
+  runs[$c,$w]+="$mb $amp $cpu $minflt $bytes"$'\n'
+  printf '%-16s %-38s %-16s %6s CPU s %8s flt' "$c" "${wl_label[$w]}" \
+    "$(bench_mbps "$bytes" "$secs") ($amp)" "$cpu" "$minflt" >&2
   [ -n "$RESULTS" ] &&
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$c" "$w" "$rep" "$bytes" \
-      "$secs" "$back_bytes" "$mb" "$amp" >> "$RESULTS"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$c" "$w" "$rep" \
+      "$bytes" "$secs" "$back_bytes" "$mb" "$amp" "$cpu" "$minflt" "$majflt" \
+      "$maxrss" >> "$RESULTS"
   return 0
 }
 
 # ---- run ---------------------------------------------------------------------
 [ -n "$RESULTS" ] &&
-  printf 'config\tworkload\trun\tclient_bytes\tseconds\tbackend_bytes\tMB/s\tamplification\n' > "$RESULTS"
+  printf 'config\tworkload\trun\tclient_bytes\tseconds\tbackend_bytes\tMB/s\tamplification\tfront_cpu_s\tfront_minflt\tfront_majflt\tfront_maxrss_kib\n' > "$RESULTS"
 
 ncells=0
 for w in $WORKLOADS; do for c in $CONFIGS; do ncells=$((ncells + REPEAT)); done; done
@@ -320,10 +346,15 @@ for w in $WORKLOADS; do
   for c in $CONFIGS; do
     [ -n "${cell[$c,$w]:-}" ] && continue
     [ -n "${runs[$c,$w]:-}" ] || { cell[$c,$w]=n/a; continue; }
-    read -r mb amp < <(printf '%s' "${runs[$c,$w]}" | sort -g -k1,1 |
-                       awk '{ l[NR] = $0 } END { print l[int((NR + 1) / 2)] }')
+    read -r mb amp cpu minflt bytes < <(printf '%s' "${runs[$c,$w]}" | bench_median_line 1)
     mbps_raw[$c,$w]=$mb
     cell[$c,$w]="$(bench_mbps "$mb" 1e-6) ($amp)"
+    perg_raw[$c,$w]=$(bench_per_gib "$cpu" "$bytes")
+    if [ "$cpu" = n/a ]; then
+      cost[$c,$w]=n/a
+    else
+      cost[$c,$w]="${perg_raw[$c,$w]} ($cpu s, $minflt)"
+    fi
   done
 done
 
@@ -350,6 +381,23 @@ for w in $WORKLOADS; do
   for c in $CONFIGS; do row+=" ${cell[$c,$w]:-n/a} |"; done
   for c in "${ratio_cols[@]}"; do
     r=$(bench_ratio "${mbps_raw[ra-cache,$w]:-}" "${mbps_raw[$c,$w]:-}" 2)
+    [ "$r" = n/a ] || r="${r}x"
+    row+=" $r |"
+  done
+  echo "$row"
+done
+echo
+echo "front server cost: CPU s per GiB read by the client (the front nbdkit's CPU s, user + system; its minor page faults), from the front's own rusage (GNU time), in the same median runs"
+echo
+hdr="| workload |"; sep="|---|"
+for c in $CONFIGS; do hdr+=" $c |"; sep+="---:|"; done
+for c in "${ratio_cols[@]}"; do hdr+=" ra-cache / $c |"; sep+="---:|"; done
+echo "$hdr"; echo "$sep"
+for w in $WORKLOADS; do
+  row="| ${wl_label[$w]} |"
+  for c in $CONFIGS; do row+=" ${cost[$c,$w]:-n/a} |"; done
+  for c in "${ratio_cols[@]}"; do
+    r=$(bench_ratio "${perg_raw[ra-cache,$w]:-}" "${perg_raw[$c,$w]:-}" 2)
     [ "$r" = n/a ] || r="${r}x"
     row+=" $r |"
   done

@@ -6,7 +6,9 @@
 # Every nbdkit server runs in the foreground (-f) as a child of the
 # script, on a Unix socket in a private temporary directory, so that it
 # can be stopped by its own pid and waited for: the stats filter writes
-# its file only when nbdkit exits.  Nothing here listens on TCP.
+# its file only when nbdkit exits.  The other servers: nbd-server (which
+# always detaches; on a Unix socket too) and lighttpd (in the foreground,
+# on 127.0.0.1 only, for nbdkit-curl-plugin).
 
 # nbdsh and the libnbd binding live in Debian's python3: put /usr/bin
 # before any other python3 (pyenv, venv) for the clients started here.
@@ -17,6 +19,8 @@ BENCH_PATH=/usr/bin:/bin:$PATH
 : "${SERVER_TIMEOUT:=30}"
 # Seconds a client command gets before it counts as a hang.
 : "${CLIENT_TIMEOUT:=300}"
+# GNU time, for the rusage of the servers started with bench_start_timed.
+: "${BENCH_TIME:=/usr/bin/time}"
 
 bench_tmpdir=
 bench_servers=()
@@ -52,49 +56,114 @@ bench_uri ()
 # with the server's log on stderr, if it exits or hangs at startup.
 bench_start ()
 {
-  local name=$1; shift
+  _bench_start_nbdkit "" "$@"
+}
+
+# bench_start_timed NAME NBDKIT-ARGS...: the same, with nbdkit run under
+# GNU time (BENCH_TIME), which writes the server's own rusage (from
+# wait4(): every thread, the whole life of the process, exit included)
+# to $bench_tmpdir/NAME.rusage when it exits; bench_rusage NAME reads it
+# once the server is stopped.  bench_stop signals nbdkit itself (the pid
+# in its pidfile: time does not forward SIGTERM) and waits for time.
+bench_start_timed ()
+{
+  [ -x "$BENCH_TIME" ] ||
+    bench_die "$BENCH_TIME (GNU time) is not installed: apt-get install time"
+  _bench_start_nbdkit timed "$@"
+}
+
+_bench_start_nbdkit ()
+{
+  local timed=$1 name=$2; shift 2
   local sock=$bench_tmpdir/$name.sock pidfile=$bench_tmpdir/$name.pid
-  local pid i
-  rm -f "$sock" "$pidfile"
-  "$NBDKIT" -f -U "$sock" -P "$pidfile" "$@" \
+  local -a pre=()
+  rm -f "$sock" "$pidfile" "$bench_tmpdir/$name".{rusage,srvpid,wrapped}
+  # %U %S: user and system CPU seconds; %R: minor (reclaiming) page faults;
+  # %F: major page faults; %M: maximum resident set size in KiB.
+  [ -n "$timed" ] &&
+    pre=("$BENCH_TIME" -o "$bench_tmpdir/$name.rusage" -f '%U %S %R %F %M')
+  "${pre[@]}" "$NBDKIT" -f -U "$sock" -P "$pidfile" "$@" \
     </dev/null >"$bench_tmpdir/$name.log" 2>&1 &
-  pid=$!
+  local pid=$!
+  [ -n "$timed" ] && : > "$bench_tmpdir/$name.wrapped"
+  _bench_wait_started "$name" "$pid" "nbdkit $*" "$pidfile" test -S "$sock"
+}
+
+# _bench_wait_started NAME PID WHAT PIDFILE READY-COMMAND...: wait until
+# PIDFILE is written and READY-COMMAND succeeds (the server listens); then
+# the server's own pid (from PIDFILE) goes to NAME.srvpid for bench_stop.
+_bench_wait_started ()
+{
+  local name=$1 pid=$2 what=$3 pidfile=$4 i
+  shift 4
   echo "$pid" > "$bench_tmpdir/$name.bgpid"
   bench_servers+=("$name")
   for ((i = 0; i < SERVER_TIMEOUT * 10; i++)); do
-    if [ -S "$sock" ] && [ -s "$pidfile" ]; then
+    if [ -s "$pidfile" ] && "$@" 2>/dev/null; then
+      cat "$pidfile" > "$bench_tmpdir/$name.srvpid"
       return 0
     fi
     if ! kill -0 "$pid" 2>/dev/null; then
       wait "$pid" 2>/dev/null || true
       rm -f "$bench_tmpdir/$name.bgpid"
-      echo "${0##*/}: server $name exited at startup: nbdkit $*" >&2
+      echo "${0##*/}: server $name exited at startup: $what" >&2
       sed 's/^/    /' "$bench_tmpdir/$name.log" >&2
       return 1
     fi
     sleep 0.1
   done
-  echo "${0##*/}: server $name did not create its socket within ${SERVER_TIMEOUT}s: nbdkit $*" >&2
+  echo "${0##*/}: server $name was not ready within ${SERVER_TIMEOUT}s: $what" >&2
   bench_stop "$name"
   return 1
 }
 
-# bench_stop NAME: SIGTERM, wait for the exit (SIGKILL after
+# bench_rusage NAME: "CPU_SECONDS MINOR_FAULTS MAJOR_FAULTS MAXRSS_KIB" of
+# a stopped server started with bench_start_timed (CPU seconds = user +
+# system, to 0.01 s, GNU time's resolution); "n/a n/a n/a n/a" if there
+# is no record (the server was killed, or not timed).
+bench_rusage ()
+{
+  local f=$bench_tmpdir/$1.rusage
+  # GNU time writes "Command exited with non-zero status N" or "Command
+  # terminated by signal N" before the figures when so: take the last line.
+  if [ -s "$f" ] &&
+     tail -n 1 "$f" | awk 'NF == 5 { printf "%.2f %d %d %d\n", $1 + $2, $3, $4, $5; ok = 1 }
+                          END { exit !ok }'; then
+    return 0
+  fi
+  echo "n/a n/a n/a n/a"
+}
+
+# bench_stop NAME: SIGTERM to the server, wait for its exit (SIGKILL after
 # SERVER_TIMEOUT seconds).  Safe to call twice.
 bench_stop ()
 {
-  local name=$1 pidf=$bench_tmpdir/$1.bgpid pid i
+  local name=$1 pidf=$bench_tmpdir/$1.bgpid pid srv i
+  if [ -f "$bench_tmpdir/$name.daemonconf" ]; then
+    _bench_stop_daemon "$name"
+    return 0
+  fi
   [ -f "$pidf" ] || return 0
   pid=$(cat "$pidf")
-  rm -f "$pidf"
-  kill -TERM "$pid" 2>/dev/null || true
+  # The server itself; under a wrapper (GNU time) that never saw the
+  # server's pidfile, the wrapper's children and then the wrapper.
+  srv=$pid
+  if [ -s "$bench_tmpdir/$name.srvpid" ]; then
+    srv=$(cat "$bench_tmpdir/$name.srvpid")
+  elif [ -f "$bench_tmpdir/$name.wrapped" ]; then
+    srv="$(bench_children "$pid") $pid"
+  fi
+  rm -f "$pidf" "$bench_tmpdir/$name.srvpid"
+  # shellcheck disable=SC2086 # srv is a list of pids
+  kill -TERM $srv 2>/dev/null || true
   for ((i = 0; i < SERVER_TIMEOUT * 10; i++)); do
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
   done
   if kill -0 "$pid" 2>/dev/null; then
-    echo "${0##*/}: server $name (pid $pid) ignored SIGTERM for ${SERVER_TIMEOUT}s: killing it" >&2
-    kill -KILL "$pid" 2>/dev/null || true
+    echo "${0##*/}: server $name (pid $srv) ignored SIGTERM for ${SERVER_TIMEOUT}s: killing it" >&2
+    # shellcheck disable=SC2086
+    kill -KILL $srv "$pid" 2>/dev/null || true
   fi
   wait "$pid" 2>/dev/null || true
 }
@@ -108,6 +177,156 @@ bench_stop_all ()
     bench_stop "${bench_servers[i]}"
   done
   bench_servers=()
+}
+
+# ---- servers other than nbdkit ---------------------------------------------
+
+# bench_unix_listening PATH: whether a Unix socket PATH is listening
+# (from /proc/net/unix: flag __SO_ACCEPTCON, 00010000).
+bench_unix_listening ()
+{
+  awk -v p="$1" '$NF == p && $4 == "00010000" { ok = 1 } END { exit !ok }' /proc/net/unix
+}
+
+# bench_tcp_listening PORT: whether something listens on 127.0.0.1:PORT
+# (from /proc/net/tcp: state 0A).
+bench_tcp_listening ()
+{
+  local want
+  want=$(printf '0100007F:%04X' "$1")
+  awk -v a="$want" '$2 == a && $4 == "0A" { ok = 1 } END { exit !ok }' /proc/net/tcp
+}
+
+# bench_free_port: a TCP port of 127.0.0.1 that nothing uses now (from
+# /proc/net/tcp and tcp6; another program may still take it before us,
+# and the server that cannot bind then fails at startup, as reported).
+bench_free_port ()
+{
+  local port i used
+  used=$(awk 'NR > 1 { split($2, a, ":"); print a[2] }' /proc/net/tcp /proc/net/tcp6 2>/dev/null)
+  for ((i = 0; i < 100; i++)); do
+    port=$((20000 + RANDOM % 40000))
+    grep -qx "$(printf '%04X' "$port")" <<<"$used" || { echo "$port"; return 0; }
+  done
+  echo "${0##*/}: no free TCP port found" >&2
+  return 1
+}
+
+# bench_start_nbd_server NAME FILE EXPORT: nbd-server exporting FILE
+# read-only under the name EXPORT (the only export: a client must ask for
+# it by name) on $(bench_sock NAME), configured by $bench_tmpdir/NAME.conf.
+# nbd-server always detaches: its -d ("do not fork") serves a single
+# connection and exits, while the filters open several.  bench_stop finds
+# its processes (the daemon and its per-connection children) by that
+# configuration file, which only they have on their command line, sends
+# them SIGTERM (the daemon then stops its children, removes its pidfile
+# and exits 0) and waits until they are gone (SIGKILL after
+# SERVER_TIMEOUT).  The pidfile alone is not enough: a daemon that got
+# SIGTERM in its first instants was seen to live on.  nbd-server logs to
+# syslog only.
+bench_start_nbd_server ()
+{
+  local name=$1 file=$2 export=$3 i
+  local sock=$bench_tmpdir/$1.sock pidfile=$bench_tmpdir/$1.pid
+  local conf=$bench_tmpdir/$1.conf
+  command -v nbd-server >/dev/null 2>&1 ||
+    bench_die "nbd-server is not installed: apt-get install nbd-server"
+  rm -f "$sock" "$pidfile"
+  cat > "$conf" <<EOF
+[generic]
+    unixsock = $sock
+    allowlist = false
+[$export]
+    exportname = $file
+    readonly = true
+EOF
+  echo "$conf" > "$bench_tmpdir/$name.daemonconf"
+  bench_servers+=("$name")
+  if ! nbd-server -C "$conf" -p "$pidfile" </dev/null >"$bench_tmpdir/$name.log" 2>&1; then
+    echo "${0##*/}: nbd-server $name failed to start:" >&2
+    sed 's/^/    /' "$bench_tmpdir/$name.log" >&2
+    bench_stop "$name"
+    return 1
+  fi
+  for ((i = 0; i < SERVER_TIMEOUT * 10; i++)); do
+    [ -s "$pidfile" ] && bench_unix_listening "$sock" && return 0
+    sleep 0.1
+  done
+  echo "${0##*/}: nbd-server $name was not listening on $sock within ${SERVER_TIMEOUT}s (it logs to syslog only)" >&2
+  bench_stop "$name"
+  return 1
+}
+
+# _bench_pids_with_arg ARG: the live (not zombie) processes that have ARG
+# as one of their arguments.
+_bench_pids_with_arg ()
+{
+  local f pid
+  for f in /proc/[0-9]*/cmdline; do
+    pid=${f#/proc/}; pid=${pid%/cmdline}
+    [ "$pid" = "$$" ] || [ "$pid" = "$BASHPID" ] && continue
+    tr '\0' '\n' < "$f" 2>/dev/null | grep -qxF -- "$1" || continue
+    _bench_alive "$pid" && echo "$pid"
+  done
+}
+
+# _bench_alive PID: PID exists and is not a zombie (a detached daemon's
+# parent is init, which may reap it late).
+_bench_alive ()
+{
+  local line
+  read -r line 2>/dev/null < "/proc/$1/stat" || return 1
+  [[ "${line##*) }" != Z* ]]
+}
+
+_bench_stop_daemon ()
+{
+  local name=$1 conf pids i
+  conf=$(cat "$bench_tmpdir/$name.daemonconf")
+  rm -f "$bench_tmpdir/$name.daemonconf"
+  for ((i = 0; i < SERVER_TIMEOUT * 10; i++)); do
+    pids=$(_bench_pids_with_arg "$conf")
+    [ -n "$pids" ] || return 0
+    # Again every second: a signal in the daemon's first instants may be lost.
+    # shellcheck disable=SC2086 # a list of pids
+    (( i % 10 == 0 )) && kill -TERM $pids 2>/dev/null
+    sleep 0.1
+  done
+  echo "${0##*/}: server $name (pids $pids) ignored SIGTERM for ${SERVER_TIMEOUT}s: killing it" >&2
+  # shellcheck disable=SC2086
+  kill -KILL $pids 2>/dev/null || true
+}
+
+# bench_start_lighttpd NAME DOCROOT: lighttpd in the foreground (-D) serving
+# DOCROOT on 127.0.0.1 on a free port, written to $bench_tmpdir/NAME.port;
+# configuration $bench_tmpdir/NAME.conf, its stderr (errors) in NAME.log.  Static files
+# with Range requests (what nbdkit-curl-plugin sends) are lighttpd's
+# default.
+bench_start_lighttpd ()
+{
+  local name=$1 docroot=$2 port
+  local pidfile=$bench_tmpdir/$1.pid conf=$bench_tmpdir/$1.conf
+  command -v lighttpd >/dev/null 2>&1 ||
+    bench_die "lighttpd is not installed: apt-get install lighttpd"
+  port=$(bench_free_port) || return 1
+  echo "$port" > "$bench_tmpdir/$name.port"
+  rm -f "$pidfile"
+  cat > "$conf" <<EOF
+server.document-root = "$docroot"
+server.bind = "127.0.0.1"
+server.port = $port
+server.pid-file = "$pidfile"
+mimetype.assign = ( "" => "application/octet-stream" )
+EOF
+  lighttpd -D -f "$conf" </dev/null >"$bench_tmpdir/$name.log" 2>&1 &
+  _bench_wait_started "$name" $! "lighttpd -D -f $conf (port $port)" \
+    "$pidfile" bench_tcp_listening "$port"
+}
+
+# bench_port NAME: the TCP port of server NAME (bench_start_lighttpd).
+bench_port ()
+{
+  cat "$bench_tmpdir/$1.port"
 }
 
 # bench_client OUT COMMAND...: run COMMAND (a program or a function) with
@@ -241,5 +460,25 @@ bench_size_bytes ()
     if (m > 1) n = substr(s, 1, length(s) - 1)
     if (n !~ /^[0-9]+$/) { print "bad size: " s > "/dev/stderr"; exit 1 }
     printf "%.0f\n", n * m
+  }'
+}
+
+# bench_median_line FIELD: of the lines on stdin, the median by the number
+# in FIELD (the lower middle one for an even count).
+bench_median_line ()
+{
+  sort -g -k"$1","$1" | awk '{ l[NR] = $0 } END { if (NR) print l[int((NR + 1) / 2)] }'
+}
+
+# bench_per_gib CPU_SECONDS BYTES: CPU seconds per GiB (2^30 bytes), 3
+# significant figures at most; "n/a" when either is not a number.
+bench_per_gib ()
+{
+  awk -v c="$1" -v b="$2" 'BEGIN {
+    if (c !~ /^[0-9.]+$/ || b !~ /^[0-9]+$/ || b + 0 == 0) { print "n/a"; exit }
+    r = c / (b / 1024 ^ 3)
+    if (r >= 100) printf "%.0f\n", r
+    else if (r >= 10) printf "%.1f\n", r
+    else printf "%.2f\n", r
   }'
 }
