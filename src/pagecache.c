@@ -25,7 +25,8 @@ enum page_flags {
   PF_UNUSED = 2,   /* inserted by a window, no client copied from it yet */
   PF_AHEAD = 8,    /* inserted as part of a window's async part */
   PF_STALE = 4,    /* a write overlapped the read in flight */
-  PF_RANDOM = 16,  /* read at random (branch G): active once used */
+  PF_KEEP = 16,    /* active once read: read at random (branch G), or
+                    * read again after drop-behind gave it back */
 };
 
 /* The list an up to date page is on (in-flight pages are on none). */
@@ -50,9 +51,7 @@ struct page {
  */
 #define SLAB_BYTES (UINT64_C (2) << 20)
 
-/* Drop-behind (only for an export larger than the cache: one that fits
- * is kept whole, see rc_pc_set_nr_pages) has two parts.  A client read
- * gives back, for reuse, the
+/* Drop-behind has two parts.  A client read gives back, for reuse, the
  * pages a client read once that lie RC_PC_BEHIND_BYTES behind it
  * (rc_pc_drop_behind: the pages behind a stream, in the order it read
  * them).  And whatever leaves pages read once in the cache (a stream
@@ -62,6 +61,9 @@ struct page {
  * that shard is read once.
  */
 #define INACTIVE_RESERVE_BYTES (UINT64_C (8) << 20)
+
+/* Bits of the refault history (struct rc_pagecache's refault). */
+#define REFAULT_BITS (UINT64_C (1) << 20)
 
 struct slab {
   struct slab *next;
@@ -101,7 +103,15 @@ struct rc_pagecache {
   struct shard *shards;
   uint64_t inactive_reserve;       /* pages (drop-behind) */
   uint64_t behind_pages;           /* RC_PC_BEHIND_BYTES in pages */
-  bool drop_behind;                /* the export is larger than the cache */
+  /* Refault detection: a bit per (hashed) group of pages that
+   * drop-behind gave back.  A page inserted again in such a group is
+   * data read again, which earns its place: it is kept as active once
+   * read.  Cleared when refault_limit bits are set, so that false hits
+   * stay rare (below refault_limit / REFAULT_BITS).
+   */
+  _Atomic uint64_t *refault;
+  _Atomic uint64_t refault_set;
+  uint64_t refault_limit;
   _Atomic uint64_t n_inactive;     /* pages on the inactive lists */
   /* Memory, shared by the shards (mem_lock, taken inside a shard lock).
    * Removed pages (struct and data) go to the warm list and are reused
@@ -250,6 +260,13 @@ rc_pc_new (uint64_t cache_size, uint32_t page_size, struct rc_stats *stats)
   pc->inactive_reserve = INACTIVE_RESERVE_BYTES / page_size;
   if (pc->inactive_reserve > total_pages / 2)
     pc->inactive_reserve = total_pages / 2;
+  /* The refault history covers four times the cache (in groups). */
+  pc->refault = calloc (REFAULT_BITS / 64, sizeof *pc->refault);
+  pc->refault_limit = 4 * (total_pages >> GROUP_SHIFT);
+  if (pc->refault_limit < 1024)
+    pc->refault_limit = 1024;
+  if (pc->refault_limit > REFAULT_BITS / 16)
+    pc->refault_limit = REFAULT_BITS / 16;
   pc->behind_pages = RC_PC_BEHIND_BYTES / page_size;
   if (pc->behind_pages > total_pages / 4)
     pc->behind_pages = total_pages / 4;
@@ -291,6 +308,7 @@ rc_pc_free (struct rc_pagecache *pc)
     pc->slabs = n;
   }
   pthread_mutex_destroy (&pc->mem_lock);
+  free ((void *) pc->refault);
   free (pc->shards);
   free (pc);
 }
@@ -299,12 +317,6 @@ void
 rc_pc_set_nr_pages (struct rc_pagecache *pc, ra_pgoff nr_pages)
 {
   pc->nr_pages = nr_pages;
-  /* An export the cache can hold whole keeps every page it reads: a
-   * second pass over it hits.  Over a larger one, a scan would evict
-   * its own first pages before a second pass reached them anyway, so
-   * dropping them behind the stream loses no hit there.
-   */
-  pc->drop_behind = nr_pages > pc->total_capacity;
 }
 
 uint32_t
@@ -362,6 +374,45 @@ remove_page (struct rc_pagecache *pc, struct shard *s, struct page *p)
   RELEASE_LOCK (&pc->mem_lock);
 }
 
+static inline uint64_t
+refault_bit (ra_pgoff index)
+{
+  return ((index >> GROUP_SHIFT) * UINT64_C (0x9E3779B97F4A7C15)) >> 44;
+}
+
+/* Drop-behind gave page index back. */
+static void
+refault_mark (struct rc_pagecache *pc, ra_pgoff index)
+{
+  uint64_t b = refault_bit (index), m = UINT64_C (1) << (b & 63);
+  uint64_t old;
+  size_t i;
+
+  if (!pc->refault)
+    return;
+  old = atomic_fetch_or_explicit (&pc->refault[b >> 6], m,
+                                  memory_order_relaxed);
+  if ((old & m) == 0 &&
+      atomic_fetch_add_explicit (&pc->refault_set, 1, memory_order_relaxed)
+      + 1 >= pc->refault_limit) {
+    /* Forget the history (racing marks may survive: harmless). */
+    for (i = 0; i < REFAULT_BITS / 64; i++)
+      atomic_store_explicit (&pc->refault[i], 0, memory_order_relaxed);
+    atomic_store_explicit (&pc->refault_set, 0, memory_order_relaxed);
+  }
+}
+
+/* Was page index's group given back by drop-behind lately? */
+static bool
+refault_test (struct rc_pagecache *pc, ra_pgoff index)
+{
+  uint64_t b = refault_bit (index);
+
+  return pc->refault &&
+    (atomic_load_explicit (&pc->refault[b >> 6], memory_order_relaxed)
+     & (UINT64_C (1) << (b & 63))) != 0;
+}
+
 /* Drop-behind: with more pages read once cached than the reserve, give
  * the oldest of this shard's back for reuse.  Called with s->lock held,
  * after a page moved to the inactive list.
@@ -371,12 +422,12 @@ drop_behind (struct rc_pagecache *pc, struct shard *s)
 {
   struct page *p;
 
-  if (!pc->drop_behind ||
-      atomic_load_explicit (&pc->n_inactive, memory_order_relaxed)
+  if (atomic_load_explicit (&pc->n_inactive, memory_order_relaxed)
       <= pc->inactive_reserve)
     return;
   p = lru_oldest (&s->inactive);
   if (p) {
+    refault_mark (pc, p->index);
     remove_page (pc, s, p);
     STAT_ADD (pc->stats, evictions, 1);
   }
@@ -513,7 +564,8 @@ rc_pc_insert (struct rc_pagecache *pc, ra_pgoff index, bool marker,
   p->flags = (marker ? PF_MARKER : 0)
     | (kind == RC_INSERT_FORCED ? 0 : PF_UNUSED)
     | (kind == RC_INSERT_AHEAD ? PF_AHEAD : 0)
-    | (kind == RC_INSERT_RANDOM ? PF_RANDOM : 0);
+    | (kind == RC_INSERT_RANDOM ||
+       (kind != RC_INSERT_FORCED && refault_test (pc, index)) ? PF_KEEP : 0);
   p->list = L_NONE;
   p->owner = (uint16_t) (owner % RC_PC_OWNERS);
   if (marker)
@@ -596,8 +648,8 @@ complete_one (struct rc_pagecache *pc, struct shard *s, ra_pgoff i,
    * will read them.
    */
   if (a->used && (p->flags & PF_UNUSED)) {
-    list_put (pc, s, p, (p->flags & PF_RANDOM) ? L_ACTIVE : L_INACTIVE);
-    p->flags &= ~(PF_UNUSED | PF_AHEAD | PF_RANDOM);
+    list_put (pc, s, p, (p->flags & PF_KEEP) ? L_ACTIVE : L_INACTIVE);
+    p->flags &= ~(PF_UNUSED | PF_AHEAD | PF_KEEP);
     drop_behind (pc, s);
   }
   else
@@ -661,6 +713,7 @@ drop_behind_one (struct rc_pagecache *pc, struct shard *s, ra_pgoff i,
   struct page *p = lookup (s, i);
 
   if (p && p->list == L_INACTIVE && !(p->flags & PF_MARKER)) {
+    refault_mark (pc, i);
     remove_page (pc, s, p);
     STAT_ADD (pc->stats, evictions, 1);
   }
@@ -669,7 +722,7 @@ drop_behind_one (struct rc_pagecache *pc, struct shard *s, ra_pgoff i,
 void
 rc_pc_drop_behind (struct rc_pagecache *pc, ra_pgoff from, ra_pgoff to)
 {
-  if (pc->drop_behind && to > from)
+  if (to > from)
     for_each_page (pc, from, to - from, drop_behind_one, NULL);
 }
 
@@ -786,8 +839,8 @@ rc_pc_access (struct rc_pagecache *pc, ra_pgoff index,
       if (p->flags & PF_UNUSED) {
         if (p->flags & PF_AHEAD)
           STAT_ADD (pc->stats, ahead_used, 1);
-        to = (p->flags & PF_RANDOM) ? L_ACTIVE : L_INACTIVE;
-        p->flags &= ~(PF_UNUSED | PF_AHEAD | PF_RANDOM);
+        to = (p->flags & PF_KEEP) ? L_ACTIVE : L_INACTIVE;
+        p->flags &= ~(PF_UNUSED | PF_AHEAD | PF_KEEP);
       }
       else if (p->list == L_INACTIVE && !again)
         to = L_ACTIVE;          /* read again: it earns its place */

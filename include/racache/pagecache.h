@@ -18,13 +18,12 @@
  * client), inactive (read once by a client: a stream's pages behind
  * it), active (read again, or read at random, branch G, or forced by
  * NBD_CMD_CACHE).  Fresh memory is expensive to touch the first time,
- * so, when the export is larger than the cache, pages read once are
- * given back for reuse behind the stream that read them (drop-behind,
- * rc_pc_drop_behind) and a small reserve of them is kept for
- * short-term re-reads: a streaming reader turns over a small hot set,
- * and the cache grows only for data that earns its place.  (An export
- * that fits in the cache keeps every page it reads, as a plain LRU
- * cache would, so that a second pass over it hits.)  In a full
+ * so pages read once are given back for reuse behind the stream that
+ * read them (drop-behind, rc_pc_drop_behind) and a small reserve of
+ * them is kept for short-term re-reads: a streaming reader turns over a
+ * small hot set, and the cache grows only for data that earns its
+ * place.  Data read again after drop-behind gave it back (a refault,
+ * remembered per group of pages) is kept as active the second time.  In a full
  * shard, inactive pages go first; then unused pages (counted as
  * wasted) or active ones, oldest first, with unused pages aging twice
  * as fast so that a streaming reader's next window is not evicted
@@ -59,6 +58,8 @@ enum rc_insert_kind {
   RC_INSERT_AHEAD,   /* async part: read ahead; counted used or wasted */
   RC_INSERT_FORCED,  /* NBD_CMD_CACHE: the client said it will need it */
   RC_INSERT_RANDOM,  /* a random read (branch G): kept as active once read */
+  /* (Any page but a forced one is kept so, too, if drop-behind gave its
+   * group back lately: it is being read again.) */
 };
 
 /* Streams that own read-ahead pages, for the waste feedback of adaptive

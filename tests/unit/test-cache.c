@@ -1463,7 +1463,7 @@ START_TEST (test_drop_behind)
   struct rc_cache *c;
   struct rc_stream *s;
   struct rc_pc_counts n;
-  uint64_t off, seed = 11;
+  uint64_t off, seed = 11, misses;
   int i;
 
   fake_init (&f, 128 * MiB);
@@ -1488,6 +1488,23 @@ START_TEST (test_drop_behind)
                      ST (c, backend_reads) * 3 / 4);
   ck_assert_uint_eq (ST (c, ahead_wasted), 0);
   rc_stream_free (s);
+
+  /* Data read again after drop-behind gave it back is kept (active):
+   * a second pass over the first 2M reads it again, a third hits.
+   */
+  for (i = 0; i < 2; i++) {
+    s = rc_stream_new ();
+    for (off = 0; off < 2 * MiB; off += 16 * KiB)
+      RD_OK (c, s, &f, off, 16 * KiB);
+    rc_stream_free (s);
+    ASSERT_IDLE (c);
+  }
+  misses = ST (c, page_misses);
+  s = rc_stream_new ();
+  for (off = 0; off < 2 * MiB; off += 16 * KiB)
+    RD_OK (c, s, &f, off, 16 * KiB);
+  rc_stream_free (s);
+  ck_assert_uint_eq (ST (c, page_misses), misses);
 
   /* Reading the tail of the stream again keeps those pages (active). */
   s = rc_stream_new ();
