@@ -191,12 +191,15 @@ rc_stream_new (void)
 {
   static _Atomic unsigned next_owner;
   struct rc_stream *s = malloc (sizeof *s);
+  unsigned i;
 
   if (!s)
     return NULL;
   pthread_mutex_init (&s->lock, NULL);
   ra_state_init (&s->ra);
-  s->behind = 0;
+  s->behind = RA_NO_MARKER;      /* no read yet */
+  for (i = 0; i < RC_STREAM_READS; i++)
+    s->reading[i] = RA_NO_MARKER;
   /* Owners 1 .. RC_PC_OWNERS - 1, reused after that many streams: a
    * reused number may hand a new stream an old one's waste once.
    */
@@ -511,71 +514,88 @@ promote (void *arg, ra_pgoff index)
   rc_promote (arg, index);
 }
 
-/* Drop-behind (include/racache/pagecache.h): after a client read of
- * pages [first, end) (end: the first page not wholly read), the pages
- * the stream may give back now, [from, *to): B = rc_pc_behind_pages ()
- * behind them, and from where the stream gave back last, so that its
- * pages come back in order even when its reads complete out of order
- * (several in flight).  A read that ends before that point (it waited
- * while later reads went on, or the stream jumped back) gives back its
- * own pages only.  Called with s->lock held.
+/* A client read of the stream starts at page first: the slot that
+ * tracks it, or -1.  Called with s->lock held.
+ */
+static int
+reading_start (struct rc_stream *s, ra_pgoff first)
+{
+  int k;
+
+  for (k = 0; k < RC_STREAM_READS; k++)
+    if (s->reading[k] == RA_NO_MARKER) {
+      s->reading[k] = first;
+      return k;
+    }
+  return -1;
+}
+
+/* Drop-behind (include/racache/pagecache.h): a client read of pages
+ * [first, end) finished (end: the first page not wholly read).  The
+ * stream gives back [from, *to): B = rc_pc_behind_pages () behind the
+ * lowest page that a read of it still in progress has not passed, from
+ * where it gave back last.  So its pages come back in the order it read
+ * them even when its reads complete out of order (qemu-img convert has
+ * eight 2M reads in flight), and their memory comes back in one piece
+ * for its next windows.  A stream that jumped back or forward (a fresh
+ * stream too) starts again from there, giving back only what lies
+ * behind the read that jumped.  Called with
+ * s->lock held, after the read's slot was freed.
  */
 static ra_pgoff
 next_behind (struct rc_cache *c, struct rc_stream *s, ra_pgoff first,
              ra_pgoff end, ra_pgoff *to)
 {
   ra_pgoff b = rc_pc_behind_pages (c->pc);
-  ra_pgoff lo = first > b ? first - b : 0, hi = end > b ? end - b : 0;
-  ra_pgoff from;
+  ra_pgoff low = end, hi, from, span;
+  int k;
 
+  for (k = 0; k < RC_STREAM_READS; k++)
+    if (s->reading[k] < low)
+      low = s->reading[k];
+  hi = low > b ? low - b : 0;
+  if (s->behind == RA_NO_MARKER || hi + 2 * b < s->behind)
+    s->behind = first > b ? first - b : 0;     /* first read, or jumped back */
   *to = hi;
   if (hi <= s->behind)
-    return lo;                  /* a read that completed late, or a jump back */
-  from = s->behind > lo ? s->behind : lo;
+    return hi;
+  from = s->behind;
+  span = 32 * b > 2 * (end - first) ? 32 * b : 2 * (end - first);
+  if (hi - from > span) {                       /* jumped forward */
+    from = first > b ? first - b : 0;
+    if (from > hi)
+      from = hi;
+  }
   s->behind = hi;
   return from;
 }
 
-int
-rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
-         void *buf, uint32_t count, uint64_t offset, int *err)
+/* The read path proper of rc_read (cb: the client's read). */
+static int
+read_through (struct rc_cache *c, struct rc_stream *s, void *ctx,
+              struct client_buf *cb, ra_pgoff again_page, int *err)
 {
   unsigned shift = c->params.page_shift;
   uint64_t ps = UINT64_C (1) << shift;
-  uint64_t end = offset + count;
+  uint64_t offset = cb->offset, end = offset + cb->count;
   ra_pgoff i = offset >> shift;
   ra_pgoff last = (end + ps - 1) >> shift;
-  ra_pgoff again_page, behind_from, behind_to;
   unsigned tries = 0;
-  struct client_buf cb = { .buf = buf, .offset = offset, .count = count };
 
-  STAT_ADD (&c->stats, client_reads, 1);
-  /* A zero-length read at an unaligned offset names no byte of its page:
-   * it must not read (or read ahead from) the backend, nor move prev_pos.
-   */
-  if (count == 0)
-    return 0;
-  /* The page where this stream's previous read ended: reading on in it
-   * is not a second use of the page.
-   */
-  ACQUIRE_LOCK (&s->lock);
-  again_page = s->ra.prev_pos > 0 ? (s->ra.prev_pos - 1) >> shift
-    : RA_NO_MARKER;
-  RELEASE_LOCK (&s->lock);
   while (i < last) {
     uint64_t page_start = i << shift;
     uint64_t from = offset > page_start ? offset : page_start;
     uint64_t to = end < page_start + ps ? end : page_start + ps;
-    char *dst = (char *) buf + (from - offset);
+    char *dst = cb->buf + (from - offset);
     bool waited, waited_ahead;
 
-    if (i == cb.done_start && cb.done_end > i) {
+    if (i == cb->done_start && cb->done_end > i) {
       /* Read straight into the client's buffer by a sync trigger;
        * counted as before, the trigger's page a miss and the rest hits.
        */
-      STAT_ADD (&c->stats, page_hits, cb.done_end - i - (tries > 0));
-      i = cb.done_end;
-      cb.done_end = 0;
+      STAT_ADD (&c->stats, page_hits, cb->done_end - i - (tries > 0));
+      i = cb->done_end;
+      cb->done_end = 0;
       tries = 0;
       continue;
     }
@@ -597,7 +617,7 @@ rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
       /* Async trigger; a failure there is not this client's. */
       {
         int ignored;
-        trigger (c, s, ctx, i, true, last, &cb, &ignored);
+        trigger (c, s, ctx, i, true, last, cb, &ignored);
       }
       break;
 
@@ -618,21 +638,53 @@ rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
        * the request, and another page's error is not this client's (it
        * meets that page again, and retries it, if it asked for it).
        */
-      if (trigger (c, s, ctx, i, false, last, &cb, err) == -1 &&
+      if (trigger (c, s, ctx, i, false, last, cb, err) == -1 &&
           !rc_pc_query_ops.cached (c->pc, i))
         return -1;
       break;
     }
   }
-  STAT_ADD (&c->stats, client_bytes, count);
+  STAT_ADD (&c->stats, client_bytes, cb->count);
+  return 0;
+}
+
+int
+rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
+         void *buf, uint32_t count, uint64_t offset, int *err)
+{
+  unsigned shift = c->params.page_shift;
+  uint64_t end = offset + count;
+  ra_pgoff again_page, behind_from, behind_to;
+  struct client_buf cb = { .buf = buf, .offset = offset, .count = count };
+  int slot, r;
+
+  STAT_ADD (&c->stats, client_reads, 1);
+  /* A zero-length read at an unaligned offset names no byte of its page:
+   * it must not read (or read ahead from) the backend, nor move prev_pos.
+   */
+  if (count == 0)
+    return 0;
+  /* The page where this stream's previous read ended: reading on in it
+   * is not a second use of the page.
+   */
+  ACQUIRE_LOCK (&s->lock);
+  again_page = s->ra.prev_pos > 0 ? (s->ra.prev_pos - 1) >> shift
+    : RA_NO_MARKER;
+  slot = reading_start (s, offset >> shift);
+  RELEASE_LOCK (&s->lock);
+
+  r = read_through (c, s, ctx, &cb, again_page, err);
 
   ACQUIRE_LOCK (&s->lock);
-  ra_update_prev_pos (&s->ra, end);
+  if (r == 0)
+    ra_update_prev_pos (&s->ra, end);
+  if (slot >= 0)
+    s->reading[slot] = RA_NO_MARKER;
   behind_from = next_behind (c, s, offset >> shift, end >> shift,
                              &behind_to);
   RELEASE_LOCK (&s->lock);
   rc_pc_drop_behind (c->pc, behind_from, behind_to);
-  return 0;
+  return r;
 }
 
 int
