@@ -44,12 +44,17 @@ struct page {
   char *data;
 };
 
-/* Page data comes from slabs of this size (or one page, if larger),
- * aligned to it and mapped with MADV_HUGEPAGE so the kernel may back
- * them with transparent huge pages: first touch of fresh memory is the
- * largest cost of a short job, and a huge page roughly halves it.
+/* Page data lives in one arena of capacity pages, reserved (not
+ * touched) when the cache is made and madvised MADV_HUGEPAGE so that the
+ * kernel may back it with transparent huge pages: first touch of fresh
+ * memory is the largest cost of a short job, and a huge page roughly
+ * halves it.  A free slot is taken lowest address first (page_alloc):
+ * memory that was touched before is reused before fresh memory, and
+ * consecutive pages of a window get consecutive slots wherever the free
+ * slots lie in runs, so a backend read can go straight into them
+ * (rc_pc_run_data).
  */
-#define SLAB_BYTES (UINT64_C (2) << 20)
+#define ARENA_ALIGN (UINT64_C (2) << 20)
 
 /* Drop-behind has two parts.  A client read gives back, for reuse, the
  * pages a client read once that lie RC_PC_BEHIND_BYTES behind it
@@ -65,11 +70,6 @@ struct page {
 /* Bits of the refault history (struct rc_pagecache's refault). */
 #define REFAULT_BITS (UINT64_C (1) << 20)
 
-struct slab {
-  struct slab *next;
-  void *base;
-  size_t len;
-};
 
 struct lru {
   struct page head;                /* circular list sentinel */
@@ -113,22 +113,18 @@ struct rc_pagecache {
   _Atomic uint64_t refault_set;
   uint64_t refault_limit;
   _Atomic uint64_t n_inactive;     /* pages on the inactive lists */
-  /* Memory, shared by the shards (mem_lock, taken inside a shard lock).
-   * Removed pages (struct and data) go to the warm list and are reused
-   * in the order they were removed: their memory has been touched,
-   * where fresh memory costs a page fault and zeroing in the kernel.
-   * First in, first out, because a stream removes the pages behind it
-   * in order: the pages of its next windows then get memory in the
-   * same order, contiguous, and a backend read can go straight into
-   * it (rc_pc_run_data).  data_pages counts the pages ever carved from
-   * the slabs: never more than the capacity.
+  /* Memory, shared by the shards (mem_lock, taken inside a shard lock):
+   * the arena of page data, a bit per slot (set: free), the lowest word
+   * that may have a free bit, the slots touched so far (the highest
+   * slot ever taken, plus one), and the page structs kept for reuse.
    */
   pthread_mutex_t mem_lock;
-  struct page *warm, **warm_tail;
+  char *arena;
+  size_t arena_len;
+  uint64_t *free_slots;
+  size_t free_words, free_hint;
   uint64_t data_pages;
-  struct slab *slabs;
-  char *slab_next;
-  size_t slab_left;                /* bytes left in the newest slab */
+  struct page *spare;
   _Atomic uint64_t markers;        /* pages carrying the marker now */
   /* Per stream (owner): its read-ahead pages evicted unused, not yet
    * taken by rc_pc_take_wasted.
@@ -205,6 +201,46 @@ list_put (struct rc_pagecache *pc, struct shard *s, struct page *p,
   lru_push (list_of (s, l), p);
 }
 
+/* Reserve the arena (address space only: MAP_NORESERVE, nothing
+ * touched) aligned for huge pages, and mark every slot free.
+ */
+static int
+arena_new (struct rc_pagecache *pc)
+{
+  size_t len = (size_t) pc->total_capacity << pc->page_shift;
+  size_t map = len + ARENA_ALIGN, i;
+  char *base, *aligned;
+
+  if ((uint64_t) len >> pc->page_shift != pc->total_capacity ||
+      map < len)
+    return -1;
+  pc->free_words = (pc->total_capacity + 63) / 64;
+  pc->free_slots = malloc (pc->free_words * sizeof *pc->free_slots);
+  if (!pc->free_slots)
+    return -1;
+  for (i = 0; i < pc->free_words; i++)
+    pc->free_slots[i] = ~UINT64_C (0);
+  if (pc->total_capacity % 64)
+    pc->free_slots[pc->free_words - 1] =
+      (UINT64_C (1) << (pc->total_capacity % 64)) - 1;
+  base = mmap (NULL, map, PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (base == MAP_FAILED)
+    return -1;
+  aligned = (char *) (((uintptr_t) base + ARENA_ALIGN - 1)
+                      & ~(uintptr_t) (ARENA_ALIGN - 1));
+  if (aligned > base)
+    munmap (base, aligned - base);
+  if (aligned + len < base + map)
+    munmap (aligned + len, base + map - (aligned + len));
+#ifdef MADV_HUGEPAGE
+  madvise (aligned, len, MADV_HUGEPAGE);
+#endif
+  pc->arena = aligned;
+  pc->arena_len = len;
+  return 0;
+}
+
 struct rc_pagecache *
 rc_pc_new (uint64_t cache_size, uint32_t page_size, struct rc_stats *stats)
 {
@@ -227,7 +263,6 @@ rc_pc_new (uint64_t cache_size, uint32_t page_size, struct rc_stats *stats)
   while (pc->nshards > 1 && total_pages / pc->nshards < 64)
     pc->nshards /= 2;
   pthread_mutex_init (&pc->mem_lock, NULL);
-  pc->warm_tail = &pc->warm;
   pc->shards = calloc (pc->nshards, sizeof *pc->shards);
   if (!pc->shards) {
     pthread_mutex_destroy (&pc->mem_lock);
@@ -257,6 +292,10 @@ rc_pc_new (uint64_t cache_size, uint32_t page_size, struct rc_stats *stats)
   }
   pc->nr_pages = 0;
   pc->total_capacity = total_pages;
+  if (arena_new (pc) == -1) {
+    rc_pc_free (pc);
+    return NULL;
+  }
   pc->inactive_reserve = INACTIVE_RESERVE_BYTES / page_size;
   if (pc->inactive_reserve > total_pages / 2)
     pc->inactive_reserve = total_pages / 2;
@@ -296,17 +335,14 @@ rc_pc_free (struct rc_pagecache *pc)
     pthread_mutex_destroy (&s->lock);
     pthread_cond_destroy (&s->ready);
   }
-  while (pc->warm) {
-    struct page *n = pc->warm->hnext;
-    free (pc->warm);
-    pc->warm = n;
+  while (pc->spare) {
+    struct page *n = pc->spare->hnext;
+    free (pc->spare);
+    pc->spare = n;
   }
-  while (pc->slabs) {
-    struct slab *n = pc->slabs->next;
-    munmap (pc->slabs->base, pc->slabs->len);
-    free (pc->slabs);
-    pc->slabs = n;
-  }
+  if (pc->arena)
+    munmap (pc->arena, pc->arena_len);
+  free (pc->free_slots);
   pthread_mutex_destroy (&pc->mem_lock);
   free ((void *) pc->refault);
   free (pc->shards);
@@ -347,6 +383,15 @@ clear_marker (struct rc_pagecache *pc, struct page *p)
   atomic_fetch_sub_explicit (&pc->markers, 1, memory_order_relaxed);
 }
 
+/* Give slot back.  Called with mem_lock held. */
+static void
+slot_free (struct rc_pagecache *pc, size_t slot)
+{
+  pc->free_slots[slot >> 6] |= UINT64_C (1) << (slot & 63);
+  if ((slot >> 6) < pc->free_hint)
+    pc->free_hint = slot >> 6;
+}
+
 /* Remove p from the shard and free it.  Called with s->lock held. */
 static void
 remove_page (struct rc_pagecache *pc, struct shard *s, struct page *p)
@@ -368,9 +413,9 @@ remove_page (struct rc_pagecache *pc, struct shard *s, struct page *p)
   s->count--;
   STAT_SUB (pc->stats, cache_bytes, pc->page_size);
   ACQUIRE_LOCK (&pc->mem_lock);
-  p->hnext = NULL;
-  *pc->warm_tail = p;
-  pc->warm_tail = &p->hnext;
+  slot_free (pc, (size_t) (p->data - pc->arena) >> pc->page_shift);
+  p->hnext = pc->spare;
+  pc->spare = p;
   RELEASE_LOCK (&pc->mem_lock);
 }
 
@@ -474,67 +519,32 @@ evict_one (struct rc_pagecache *pc, struct shard *s)
   return true;
 }
 
-/* A page struct with data for a new page: the newest removed page, or
- * one carved from the slabs while fewer than the capacity have been.
- * The caller has made room in its shard (count < capacity), so the
- * warm list is not empty when every page has been carved.  Called with
- * a shard lock held (mem_lock nests inside it).
+/* A page struct with data for a new page: the free slot of the lowest
+ * address.  The caller has made room in its shard (count < capacity),
+ * so a slot is free: the arena has as many as all shards together.
+ * Called with a shard lock held (mem_lock nests inside it).
  */
 static struct page *
 page_alloc (struct rc_pagecache *pc)
 {
   struct page *p = NULL;
+  size_t w, slot;
 
   ACQUIRE_LOCK (&pc->mem_lock);
-  if ((p = pc->warm) != NULL) {
-    pc->warm = p->hnext;
-    if (!pc->warm)
-      pc->warm_tail = &pc->warm;
-    goto out;
-  }
-  if (pc->data_pages >= pc->total_capacity)
+  for (w = pc->free_hint; w < pc->free_words && pc->free_slots[w] == 0; w++)
+    ;
+  pc->free_hint = w;
+  if (w == pc->free_words)
     goto out;                   /* cannot happen, see above */
-  if (pc->slab_left < pc->page_size) {
-    size_t len = pc->page_size > SLAB_BYTES ? pc->page_size : SLAB_BYTES;
-    size_t map = len + SLAB_BYTES;
-    struct slab *sl = malloc (sizeof *sl);
-    char *base, *aligned;
-
-    if (!sl)
-      goto out;
-    /* Map one slab more than needed and trim it to a slab-aligned
-     * range, so that a huge page can back it.  Nothing is touched
-     * here: each page is touched when its first read completes.
-     */
-    base = mmap (NULL, map, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (base == MAP_FAILED) {
-      free (sl);
-      goto out;
-    }
-    aligned = (char *) (((uintptr_t) base + SLAB_BYTES - 1)
-                        & ~(uintptr_t) (SLAB_BYTES - 1));
-    if (aligned > base)
-      munmap (base, aligned - base);
-    if (aligned + len < base + map)
-      munmap (aligned + len, base + map - (aligned + len));
-#ifdef MADV_HUGEPAGE
-    madvise (aligned, len, MADV_HUGEPAGE);
-#endif
-    sl->base = aligned;
-    sl->len = len;
-    sl->next = pc->slabs;
-    pc->slabs = sl;
-    pc->slab_next = aligned;
-    pc->slab_left = len;
-  }
-  p = malloc (sizeof *p);
-  if (!p)
+  if ((p = pc->spare) != NULL)
+    pc->spare = p->hnext;
+  else if ((p = malloc (sizeof *p)) == NULL)
     goto out;
-  p->data = pc->slab_next;
-  pc->slab_next += pc->page_size;
-  pc->slab_left -= pc->page_size;
-  pc->data_pages++;
+  slot = (w << 6) + __builtin_ctzll (pc->free_slots[w]);
+  pc->free_slots[w] &= pc->free_slots[w] - 1;
+  if (slot + 1 > pc->data_pages)
+    pc->data_pages = slot + 1;
+  p->data = pc->arena + (slot << pc->page_shift);
  out:
   RELEASE_LOCK (&pc->mem_lock);
   return p;

@@ -642,8 +642,12 @@ static void *
 worker_main (void *arg)
 {
   struct rc_cache *c = arg;
-  char *buf = malloc (c->cfg.io_max);
 
+  /* No buffer of its own: a read goes straight into the pages' memory
+   * when it lies in one piece, else through a bounce buffer of the
+   * shared pool (read_pages), so that only as many buffers are ever
+   * touched as reads needed one at once.
+   */
   ACQUIRE_LOCK (&c->qlock);
   for (;;) {
     struct rc_conn *conn = NULL;
@@ -651,7 +655,7 @@ worker_main (void *arg)
     int r, err = 0;
 
     /* A connection first, then a job: a job never waits for an open. */
-    if (buf && (conn = pick_conn (c)) != NULL)
+    if ((conn = pick_conn (c)) != NULL)
       j = dequeue (c, false);
     if (!j) {
       if (c->stopping)
@@ -663,7 +667,7 @@ worker_main (void *arg)
     RELEASE_LOCK (&c->qlock);
 
     inflight_add (c);
-    r = read_pages (c, conn->ctx, j->start, j->count, buf, &err);
+    r = read_pages (c, conn->ctx, j->start, j->count, NULL, &err);
     finish_job (c, j, r, err);
 
     ACQUIRE_LOCK (&c->qlock);
@@ -674,7 +678,6 @@ worker_main (void *arg)
       conn_close (c, conn);
   }
   RELEASE_LOCK (&c->qlock);
-  free (buf);
   return NULL;
 }
 

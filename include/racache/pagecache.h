@@ -115,9 +115,9 @@ void rc_pc_complete_used (struct rc_pagecache *pc, ra_pgoff start,
 
 /* Drop-behind: give back, for reuse, the pages among [from, to) that a
  * client has read once (and not again).  A stream calls it for the
- * pages rc_pc_behind_pages () behind it, in the order it read them, so
- * that the memory comes back in that order and the stream's next
- * windows get it in one piece (rc_pc_run_data).
+ * pages rc_pc_behind_pages () behind it, in the order it read them.
+ * Their memory slots are reused lowest address first, so the stream's
+ * next windows get them in runs (rc_pc_run_data).
  */
 #define RC_PC_BEHIND_BYTES (UINT64_C (1) << 20)
 void rc_pc_drop_behind (struct rc_pagecache *pc, ra_pgoff from, ra_pgoff to);
