@@ -371,6 +371,11 @@ batch_in_client_buf (struct rc_cache *c, const struct client_buf *cb,
 
 /* Issue the batches: async ones to the workers, sync ones read now, by
  * this thread and (when there are several) by workers in parallel.
+ * The first sync batches, when they lie one after the other inside the
+ * client's buffer, are one backend read straight into it, however many
+ * io_max batches they are: a client's 2M read is one 2M backend read,
+ * as without the filter, not 1M here and 1M through a worker.  (The
+ * glue still splits it at the backend's own maximum block size.)
  * Returns 0, or -1 with *err if a sync read failed.
  */
 static int
@@ -379,46 +384,51 @@ issue_batches (struct rc_cache *c, void *ctx, struct batches *bs,
 {
   struct rc_wait wait;
   int first = -1, nsync = 0;
-  unsigned i;
+  unsigned i, last;
+  ra_pgoff start, count;
   int r = 0;
 
-  for (i = 0; i < bs->n; i++) {
+  for (i = 0; i < bs->n; i++)
     if (bs->b[i].async)
       rc_queue_job (c, bs->b[i].start, bs->b[i].count, true, NULL);
     else if (first == -1)
       first = i;
-    else
-      nsync++;
-  }
   if (first == -1)
     return 0;
 
-  if (nsync > 0) {
-    rc_wait_init (&wait);
-    for (i = first + 1; i < bs->n; i++)
-      if (!bs->b[i].async)
-        rc_queue_job (c, bs->b[i].start, bs->b[i].count, false, &wait);
-  }
-  STAT_ADD (&c->stats, sync_pages, bs->b[first].count);
-  if (batch_in_client_buf (c, cb, bs->b[first].start, bs->b[first].count)) {
-    r = rc_backend_read_pages_to (c, ctx, bs->b[first].start,
-                                  bs->b[first].count,
-                                  cb->buf + ((bs->b[first].start
-                                              << c->params.page_shift)
+  /* The sync batches [first, last] read by this thread. */
+  start = bs->b[first].start;
+  count = bs->b[first].count;
+  last = first;
+  if (batch_in_client_buf (c, cb, start, count))
+    while (last + 1 < bs->n && !bs->b[last + 1].async &&
+           bs->b[last + 1].start == start + count &&
+           batch_in_client_buf (c, cb, start, count + bs->b[last + 1].count))
+      count += bs->b[++last].count;
+
+  for (i = last + 1; i < bs->n; i++)
+    if (!bs->b[i].async) {
+      if (nsync++ == 0)
+        rc_wait_init (&wait);
+      rc_queue_job (c, bs->b[i].start, bs->b[i].count, false, &wait);
+    }
+  STAT_ADD (&c->stats, sync_pages, count);
+  if (batch_in_client_buf (c, cb, start, count)) {
+    r = rc_backend_read_pages_to (c, ctx, start, count,
+                                  cb->buf + ((start << c->params.page_shift)
                                              - cb->offset), err);
     if (r == 0) {
-      cb->done_start = bs->b[first].start;
-      cb->done_end = bs->b[first].start + bs->b[first].count;
+      cb->done_start = start;
+      cb->done_end = start + count;
     }
   }
   else
-    r = rc_backend_read_pages (c, ctx, bs->b[first].start,
-                               bs->b[first].count, err);
+    r = rc_backend_read_pages (c, ctx, start, count, err);
   if (nsync > 0) {
     int e = rc_wait_for (c, ctx, &wait);
 
     rc_wait_destroy (&wait);
-    for (i = first + 1; i < bs->n; i++)
+    for (i = last + 1; i < bs->n; i++)
       if (!bs->b[i].async)
         STAT_ADD (&c->stats, sync_pages, bs->b[i].count);
     if (r == 0 && e != 0) {

@@ -1166,11 +1166,13 @@ START_TEST (test_sync_error)
   /* A sync part of several backend reads (io_max 2 pages; pages 20..27,
    * branch G): the third batch fails, read by a worker; the reader
    * still gets its errno, and only that batch is missing afterwards.
+   * (The read starts and ends inside a page: a sync part wholly inside
+   * the client's buffer would be one backend read straight into it.)
    */
   c = mk_cache (&f, OPTS (.io_max = 8 * KiB));
   s = rc_stream_new ();
   fake_set_errors (&f, 24 * P, 24 * P + 1, ENOSPC);
-  ck_assert_int_eq (rd (c, s, &f, 20 * P, 8 * P), ENOSPC);
+  ck_assert_int_eq (rd (c, s, &f, 20 * P + 1, 8 * P - 2), ENOSPC);
   ASSERT_IDLE (c);
   ck_assert_uint_eq (counts (c).pages, 6);
   ck_assert (!cached (c, 24) && !cached (c, 25));
@@ -1178,9 +1180,25 @@ START_TEST (test_sync_error)
   {
     size_t from = fake_nlog (&f);
     struct want w = { 24 * P, 2 * P, true };
-    RD_OK (c, s, &f, 20 * P, 8 * P);
+    RD_OK (c, s, &f, 20 * P + 1, 8 * P - 2);
     ASSERT_IDLE (c);
     expect_reqs (&f, &from, &w, 1, 0);
+  }
+
+  /* The same sync part read page-aligned lies wholly in the client's
+   * buffer: one backend read of 8 pages straight into it, by this
+   * thread, however small io_max is (as the client's read would reach
+   * the backend without the filter).
+   */
+  {
+    size_t from = fake_nlog (&f);
+    struct rc_stream *s2 = rc_stream_new ();
+    struct want w = { 60 * P, 8 * P, true };
+    RD_OK (c, s2, &f, 60 * P, 8 * P);
+    ASSERT_IDLE (c);
+    expect_reqs (&f, &from, &w, 1, 0);
+    ck_assert (cached (c, 60) && cached (c, 67));
+    rc_stream_free (s2);
   }
 
   /* rc_fill returns the error too. */
