@@ -82,8 +82,8 @@ loop_main (void *arg)
   return NULL;
 }
 
-static int
-listen_unix (const char *path, char *err, size_t len)
+int
+rc_stats_listen (const char *path, char *err, size_t len)
 {
   struct sockaddr_un addr = { .sun_family = AF_UNIX };
   mode_t old;
@@ -120,7 +120,7 @@ listen_unix (const char *path, char *err, size_t len)
 }
 
 struct rc_stats_server *
-rc_stats_server_start (struct rc_cache *c, const char *socket_path,
+rc_stats_server_start (struct rc_cache *c, int fd, const char *socket_path,
                        unsigned interval_secs,
                        void (*log) (const char *line),
                        char *err, size_t len)
@@ -141,11 +141,13 @@ rc_stats_server_start (struct rc_cache *c, const char *socket_path,
     free (s);
     return NULL;
   }
-  if (socket_path) {
-    s->fd = listen_unix (socket_path, err, len);
-    if (s->fd == -1)
-      goto fail;
+  if (fd >= 0) {
     s->path = strdup (socket_path);
+    if (!s->path) {
+      snprintf (err, len, "ra-cache stats: %s", strerror (errno));
+      goto fail;
+    }
+    s->fd = fd;
     ev_io_init (&s->accept_w, on_accept, s->fd, EV_READ);
     s->accept_w.data = s;
     ev_io_start (s->loop, &s->accept_w);
@@ -165,10 +167,7 @@ rc_stats_server_start (struct rc_cache *c, const char *socket_path,
   return s;
 
  fail:
-  if (s->fd >= 0) {
-    close (s->fd);
-    unlink (socket_path);
-  }
+  /* The caller still owns fd (and removes the socket). */
   free (s->path);
   ev_loop_destroy (s->loop);
   free (s);

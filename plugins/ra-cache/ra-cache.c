@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <nbdkit-filter.h>
 
@@ -63,6 +64,11 @@ static pthread_mutex_t backend_lock = PTHREAD_MUTEX_INITIALIZER;
 static nbdkit_backend *saved_backend;
 static struct rc_cache *cache;
 static struct rc_stats_server *stats_server;
+/* The stats socket, bound in .get_ready (before nbdkit forks, so that a
+ * bad path is an error the operator sees) and served from .after_fork;
+ * -1 when there is none or the stats server owns it.
+ */
+static int stats_fd = -1;
 
 struct handle {
   struct rc_stream *stream;
@@ -283,6 +289,21 @@ ra_cache_get_ready (int thread_model)
     nbdkit_debug ("ra-cache: the plugin serializes requests per "
                   "connection: a background connection carries one "
                   "worker's read at a time");
+  /* nbdkit forks into the background after .get_ready and before
+   * .after_fork (server/main.c: start_serving): bind the stats socket
+   * now, so that a bad path fails nbdkit in the foreground with the
+   * error on stderr; the loop thread serving it starts in .after_fork
+   * (threads do not survive the fork).
+   */
+  if (cfg.stats_socket) {
+    char msg[512];
+
+    stats_fd = rc_stats_listen (cfg.stats_socket, msg, sizeof msg);
+    if (stats_fd == -1) {
+      nbdkit_error ("%s", msg);
+      return -1;
+    }
+  }
   return 0;
 }
 
@@ -488,13 +509,14 @@ ra_cache_after_fork (nbdkit_backend *backend)
   if (cfg.stats_socket || cfg.stats_interval > 0) {
     char msg[256];
 
-    stats_server = rc_stats_server_start (cache, cfg.stats_socket,
+    stats_server = rc_stats_server_start (cache, stats_fd, cfg.stats_socket,
                                           cfg.stats_interval, log_line,
                                           msg, sizeof msg);
     if (!stats_server) {
       nbdkit_error ("%s", msg);
       return -1;
     }
+    stats_fd = -1;              /* the stats server owns it now */
   }
   return 0;
 }
@@ -539,6 +561,11 @@ ra_cache_cleanup (nbdkit_backend *backend)
 {
   rc_stats_server_stop (stats_server);
   stats_server = NULL;
+  if (stats_fd >= 0) {          /* bound, never served */
+    close (stats_fd);
+    unlink (cfg.stats_socket);
+    stats_fd = -1;
+  }
   if (cache) {
     log_stats ();
     /* Stop the workers first, so the file has the final counters. */

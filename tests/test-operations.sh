@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# ra-cache: operations (issue 15).  Bad stats paths stop nbdkit before it
+# forks into the background, with the error on stderr and a non-zero
+# exit; relative paths are relative to where nbdkit was started; the
+# stats file and socket are private; stale sockets are replaced; the
+# version is visible; the JSON has what an operator reads first.
+
+. "${top_srcdir:-$(dirname "$0")/..}/tests/functions.sh"
+
+requires python3
+
+# daemon_fails NAME PATTERN ARGS...: nbdkit *without* -f (so it would
+# fork into the background) must refuse these ra-cache parameters: a
+# non-zero exit, an error matching PATTERN on stderr, and no server left
+# behind (no pidfile, no socket).
+daemon_fails ()
+{
+  local name=$1 pattern=$2 status=0 pid; shift 2
+  local sock=$tmpdir/$name.sock pidfile=$tmpdir/$name.pid
+  timeout 60 "$NBDKIT" -U "$sock" -P "$pidfile" --filter="$FILTER" \
+    null 16M "$@" </dev/null >"$tmpdir/$name.out" 2>"$tmpdir/$name.err" ||
+    status=$?
+  if [ -s "$pidfile" ]; then
+    pid=$(cat "$pidfile")
+    kill -TERM "$pid" 2>/dev/null || true
+    fail "nbdkit forked a server (pid $pid) with: $*"
+  fi
+  [ "$status" -ne 0 ] || fail "nbdkit exited 0 with: $*"
+  [ "$status" -ne 124 ] || fail "nbdkit hung with: $*"
+  grep -Eq "error: .*$pattern" "$tmpdir/$name.err" || {
+    cat "$tmpdir/$name.out" "$tmpdir/$name.err"
+    fail "no error matching /$pattern/ on stderr with: $*"
+  }
+  [ ! -e "$sock" ] || fail "nbdkit left its socket behind with: $*"
+  info "refused before forking: $* ($(grep -E 'error:' "$tmpdir/$name.err" | head -n 1))"
+}
+
+# --- 1. a stats socket that cannot be created fails nbdkit at once ------
+daemon_fails bad-socket 'ra-cache-stats-socket: .*/missing-dir/s\.sock' \
+  ra-cache-stats-socket="$tmpdir/missing-dir/s.sock"
+
+# Servers started without -f (daemons) are not children of this shell:
+# stop_daemons stops them by their pidfiles on every exit path.
+daemons=()
+stop_daemons ()
+{
+  local name pid i
+  for name in "${daemons[@]}"; do
+    [ -s "$tmpdir/$name.pid" ] || continue
+    pid=$(cat "$tmpdir/$name.pid")
+    rm -f "$tmpdir/$name.pid"
+    kill -TERM "$pid" 2>/dev/null || continue
+    for ((i = 0; i < 300; i++)); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -KILL "$pid" 2>/dev/null
+      echo "$test_name: FAIL: daemon $name did not exit on SIGTERM" >&2
+      return 1
+    fi
+  done
+}
+trap 'st=$?; stop_daemons || st=1; (exit $st); cleanup' EXIT
+
+# start_daemon NAME [DIR] ARGS...: nbdkit without -f, started in
+# directory $tmpdir/NAME.d (made here); returns once it has forked.
+start_daemon ()
+{
+  local name=$1; shift
+  mkdir -p "$tmpdir/$name.d"
+  daemons+=("$name")
+  (cd "$tmpdir/$name.d" &&
+     timeout 60 "$NBDKIT" -U "$tmpdir/$name.sock" -P "$tmpdir/$name.pid"        --filter="$FILTER" null 16M "$@" </dev/null        >"$tmpdir/$name.out" 2>"$tmpdir/$name.err") || {
+    cat "$tmpdir/$name.out" "$tmpdir/$name.err"
+    fail "nbdkit (daemon $name) did not start: $*"
+  }
+  [ -s "$tmpdir/$name.pid" ] || fail "daemon $name wrote no pidfile"
+}
+
+# stop_daemon NAME: SIGTERM, and wait until it has gone.
+stop_daemon ()
+{
+  local name=$1 pid i
+  pid=$(cat "$tmpdir/$name.pid")
+  rm -f "$tmpdir/$name.pid"
+  kill -TERM "$pid"
+  for ((i = 0; i < 300; i++)); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  kill -KILL "$pid"
+  fail "daemon $name did not exit within 30 s of SIGTERM"
+}
+
+# A good socket is bound before the fork and served after it.
+start_daemon d1 ra-cache-stats-socket="$tmpdir/d1-stats.sock"
+[ -S "$tmpdir/d1-stats.sock" ] || fail "no stats socket after the fork"
+[ "$(stats_json socket "$tmpdir/d1-stats.sock" page_hits)" = 0 ] ||
+  fail "the daemon's stats socket did not answer"
+stop_daemon d1
+[ ! -e "$tmpdir/d1-stats.sock" ] || fail "the stats socket was not removed"
