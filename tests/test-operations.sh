@@ -100,3 +100,15 @@ start_daemon d1 ra-cache-stats-socket="$tmpdir/d1-stats.sock"
   fail "the daemon's stats socket did not answer"
 stop_daemon d1
 [ ! -e "$tmpdir/d1-stats.sock" ] || fail "the stats socket was not removed"
+
+# --- 2. a stats file that cannot be written is refused at start ----------
+daemon_fails bad-file 'ra-cache-stats: .*/missing-dir/x\.json' \
+  ra-cache-stats="$tmpdir/missing-dir/x.json"
+mkdir "$tmpdir/a-dir"
+daemon_fails dir-file 'ra-cache-stats: .*a-dir is a directory' \
+  ra-cache-stats="$tmpdir/a-dir"
+if [ "$(id -u)" -ne 0 ]; then
+  mkdir "$tmpdir/ro"; chmod 0555 "$tmpdir/ro"
+  daemon_fails ro-file 'ra-cache-stats: .*not writable' \
+    ra-cache-stats="$tmpdir/ro/x.json"
+fi

@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <nbdkit-filter.h>
@@ -189,6 +190,47 @@ given_on_cmdline (const char *key, void *arg)
   return false;
 }
 
+/* ra-cache-stats=FILE is written at exit (and every
+ * ra-cache-stats-interval): check now that it can be, so that a typo
+ * stops nbdkit at startup rather than losing the counters at exit.  The
+ * file is created in its directory (a temporary file renamed into
+ * place), so the directory must exist and be writable; FILE itself
+ * must not be a directory.
+ */
+static int
+check_stats_file (const char *path)
+{
+  const char *slash = strrchr (path, '/');
+  char *dir;
+  struct stat st;
+  int r = -1;
+
+  if (slash == path)
+    dir = strdup ("/");
+  else if (slash)
+    dir = strndup (path, slash - path);
+  else
+    dir = strdup (".");
+  if (!dir) {
+    nbdkit_error ("ra-cache-stats: %m");
+    return -1;
+  }
+  if (stat (dir, &st) == -1)
+    nbdkit_error ("ra-cache-stats: %s: cannot use the directory %s: %m",
+                  path, dir);
+  else if (!S_ISDIR (st.st_mode))
+    nbdkit_error ("ra-cache-stats: %s: %s is not a directory", path, dir);
+  else if (access (dir, W_OK | X_OK) == -1)
+    nbdkit_error ("ra-cache-stats: %s: the directory %s is not writable: %m",
+                  path, dir);
+  else if (stat (path, &st) == 0 && S_ISDIR (st.st_mode))
+    nbdkit_error ("ra-cache-stats: %s is a directory", path);
+  else
+    r = 0;
+  free (dir);
+  return r;
+}
+
 static int
 ra_cache_config_complete (nbdkit_next_config_complete *next,
                           nbdkit_backend *nxdata)
@@ -223,6 +265,8 @@ ra_cache_config_complete (nbdkit_next_config_complete *next,
       nbdkit_error ("%s", bad);
     return -1;
   }
+  if (cfg.stats_file && check_stats_file (cfg.stats_file) == -1)
+    return -1;
   return next (nxdata);
 }
 
