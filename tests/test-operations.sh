@@ -112,3 +112,23 @@ if [ "$(id -u)" -ne 0 ]; then
   daemon_fails ro-file 'ra-cache-stats: .*not writable' \
     ra-cache-stats="$tmpdir/ro/x.json"
 fi
+
+# --- 3. relative paths are relative to where nbdkit was started ---------
+# (nbdkit chdirs to / when it forks), from the command line and from a
+# configuration file alike.
+start_daemon d2 ra-cache-stats=st.json ra-cache-stats-socket=s.sock
+[ -S "$tmpdir/d2.d/s.sock" ] ||
+  fail "a relative ra-cache-stats-socket is not in the start directory"
+stop_daemon d2
+[ -s "$tmpdir/d2.d/st.json" ] ||
+  fail "a relative ra-cache-stats file is not in the start directory"
+[ ! -e "$tmpdir/d2.d/s.sock" ] || fail "the relative socket was not removed"
+mkdir -p "$tmpdir/d3.d/sub"
+printf 'ra-cache-stats = "sub/f.json";\nra-cache-stats-socket = "f.sock";\n' \
+  > "$tmpdir/d3.d/sub/ra.conf"
+start_daemon d3 ra-cache-config=sub/ra.conf
+[ -S "$tmpdir/d3.d/f.sock" ] ||
+  fail "a relative socket path in the configuration file is not relative to the start directory"
+stop_daemon d3
+[ -s "$tmpdir/d3.d/sub/f.json" ] ||
+  fail "a relative stats path in the configuration file is not relative to the start directory"

@@ -231,6 +231,26 @@ check_stats_file (const char *path)
   return r;
 }
 
+/* Make *path absolute, relative to the directory nbdkit was started in:
+ * nbdkit chdirs to / when it forks into the background, after this.
+ * Paths set in a configuration file are relative to that directory too
+ * (not to the file's): they are resolved here, with the command line's.
+ */
+static int
+make_absolute (char **path)
+{
+  char *abs;
+
+  if (!*path)
+    return 0;
+  abs = nbdkit_absolute_path (*path);
+  if (!abs)
+    return -1;
+  free (*path);
+  *path = abs;
+  return 0;
+}
+
 static int
 ra_cache_config_complete (nbdkit_next_config_complete *next,
                           nbdkit_backend *nxdata)
@@ -265,6 +285,9 @@ ra_cache_config_complete (nbdkit_next_config_complete *next,
       nbdkit_error ("%s", bad);
     return -1;
   }
+  if (make_absolute (&cfg.stats_file) == -1 ||
+      make_absolute (&cfg.stats_socket) == -1)
+    return -1;
   if (cfg.stats_file && check_stats_file (cfg.stats_file) == -1)
     return -1;
   return next (nxdata);
