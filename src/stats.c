@@ -3,6 +3,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,29 +113,45 @@ rc_stats_summary (struct rc_cache *c)
   return s;
 }
 
+/* Write the document to a private temporary file in path's directory
+ * and rename it into place, so that readers see the old document or the
+ * new one, never part of one.  mkostemp creates the file with O_EXCL
+ * (an existing name, a symlink planted there included, is never opened
+ * or followed) and mode 0600: the counters are the operator's business,
+ * as on the stats socket.
+ */
 int
 rc_stats_write_file (struct rc_cache *c, const char *path)
 {
   size_t n = strlen (path);
-  char *tmp = malloc (n + 8);
+  char *tmp = malloc (n + sizeof ".XXXXXX");
   FILE *fp;
-  int r;
+  int fd, r, e;
 
   if (!tmp)
     return -1;
-  snprintf (tmp, n + 8, "%s.tmp", path);
-  fp = fopen (tmp, "w");
-  if (!fp) {
+  snprintf (tmp, n + sizeof ".XXXXXX", "%s.XXXXXX", path);
+  fd = mkostemp (tmp, O_CLOEXEC);
+  if (fd == -1) {
     free (tmp);
     return -1;
+  }
+  fp = fdopen (fd, "w");
+  if (!fp) {
+    e = errno;
+    close (fd);
+    r = -1;
+    errno = e;
+    goto out;
   }
   r = rc_stats_write_json (c, fp);
   if (fclose (fp) != 0)
     r = -1;
   if (r == 0 && rename (tmp, path) == -1)
     r = -1;
+ out:
   if (r == -1) {
-    int e = errno;
+    e = errno;
     unlink (tmp);
     errno = e;
   }

@@ -132,3 +132,20 @@ start_daemon d3 ra-cache-config=sub/ra.conf
 stop_daemon d3
 [ -s "$tmpdir/d3.d/sub/f.json" ] ||
   fail "a relative stats path in the configuration file is not relative to the start directory"
+
+# --- 4. the stats file is private and written through a private file ----
+# A symlink planted where ra-cache used to write its temporary file
+# (FILE.tmp) must not be followed.
+mkdir -p "$tmpdir/d4.d"
+echo "victim" > "$tmpdir/victim"
+ln -s "$tmpdir/victim" "$tmpdir/d4.d/st.json.tmp"
+start_daemon d4 ra-cache-stats=st.json
+stop_daemon d4
+[ "$(cat "$tmpdir/victim")" = victim ] ||
+  fail "the stats file was written through a symlink at FILE.tmp"
+[ "$(stat -c %a "$tmpdir/d4.d/st.json")" = 600 ] ||
+  fail "the stats file is mode $(stat -c %a "$tmpdir/d4.d/st.json"), not 0600"
+[ "$(file_stat "$tmpdir/d4.d/st.json" client_reads)" = 0 ] ||
+  fail "the stats file is not the JSON document"
+[ "$(find "$tmpdir/d4.d" -name 'st.json.*' ! -name st.json.tmp | wc -l)" = 0 ] ||
+  fail "a temporary stats file was left behind"
