@@ -86,7 +86,7 @@ int
 rc_stats_listen (const char *path, char *err, size_t len)
 {
   struct sockaddr_un addr = { .sun_family = AF_UNIX };
-  mode_t old;
+  struct stat st;
   int fd;
 
   if (strlen (path) >= sizeof addr.sun_path) {
@@ -99,16 +99,32 @@ rc_stats_listen (const char *path, char *err, size_t len)
     snprintf (err, len, "ra-cache-stats-socket: socket: %s", strerror (errno));
     return -1;
   }
-  /* Created mode 0600: the counters are the operator's business. */
-  old = umask (0177);
+  /* Created mode 0600: the counters are the operator's business.  Not
+   * with umask(), which is process-wide and would race other threads
+   * creating files.  Linux creates a Unix socket's file with the mode of
+   * the socket's own inode (minus the umask: unix_bind in
+   * net/unix/af_unix.c), and fchmod on the socket sets that inode's
+   * mode: so fchmod before bind creates the file 0600 with no window.
+   * Where a system ignores that (fchmod fails, or the file comes out
+   * with more bits), chmod the file at once: connecting needs write
+   * permission, which nbdkit's umask (0022) already denies group and
+   * others, so the window is harmless there.
+   */
+  (void) fchmod (fd, 0600);
   if (bind (fd, (struct sockaddr *) &addr, sizeof addr) == -1) {
-    umask (old);
     snprintf (err, len, "ra-cache-stats-socket: %s: %s", path,
               strerror (errno));
     close (fd);
     return -1;
   }
-  umask (old);
+  if (lstat (path, &st) == 0 && (st.st_mode & 0177) != 0 &&
+      chmod (path, 0600) == -1) {
+    snprintf (err, len, "ra-cache-stats-socket: %s: chmod: %s", path,
+              strerror (errno));
+    close (fd);
+    unlink (path);
+    return -1;
+  }
   if (listen (fd, 16) == -1) {
     snprintf (err, len, "ra-cache-stats-socket: listen: %s",
               strerror (errno));

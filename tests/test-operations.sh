@@ -149,3 +149,14 @@ stop_daemon d4
   fail "the stats file is not the JSON document"
 [ "$(find "$tmpdir/d4.d" -name 'st.json.*' ! -name st.json.tmp | wc -l)" = 0 ] ||
   fail "a temporary stats file was left behind"
+
+# --- 6. the stats socket is 0600 without touching the process umask ------
+start_daemon d6 ra-cache-stats-socket="$tmpdir/d6-stats.sock"
+[ "$(stat -c %a "$tmpdir/d6-stats.sock")" = 600 ] ||
+  fail "the stats socket is mode $(stat -c %a "$tmpdir/d6-stats.sock"), not 0600"
+# nbdkit sets its umask to 0022 and ra-cache must leave it so.
+pid=$(cat "$tmpdir/d6.pid")
+umask_now=$(sed -n 's/^Umask:[[:space:]]*//p' "/proc/$pid/status")
+[ -z "$umask_now" ] || [ "$umask_now" = 0022 ] ||
+  fail "the server's umask is $umask_now, not nbdkit's 0022"
+stop_daemon d6
