@@ -82,12 +82,61 @@ loop_main (void *arg)
   return NULL;
 }
 
+/* bind failed with EADDRINUSE: something is at path.  A socket nobody
+ * answers on (a server that crashed, or was killed, left it) is removed,
+ * so that a restart works: returns 1, try again.  Anything else is
+ * refused with a message saying what it is: returns -1.
+ */
+static int
+check_in_use (const char *path, const struct sockaddr_un *addr,
+              char *err, size_t len)
+{
+  struct stat st;
+  int fd, r, e;
+
+  if (lstat (path, &st) == -1)
+    return 1;                   /* gone since: try again */
+  if (!S_ISSOCK (st.st_mode)) {
+    snprintf (err, len, "ra-cache-stats-socket: %s exists and is not a "
+              "socket (it is a %s): remove it or choose another path", path,
+              S_ISREG (st.st_mode) ? "regular file"
+              : S_ISDIR (st.st_mode) ? "directory"
+              : S_ISLNK (st.st_mode) ? "symbolic link" : "special file");
+    return -1;
+  }
+  fd = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd == -1) {
+    snprintf (err, len, "ra-cache-stats-socket: socket: %s", strerror (errno));
+    return -1;
+  }
+  /* Non-blocking: a live server with a full backlog gives EAGAIN. */
+  r = connect (fd, (const struct sockaddr *) addr, sizeof *addr);
+  e = errno;
+  close (fd);
+  if (r == -1 && e == ECONNREFUSED) {
+    if (unlink (path) == -1 && errno != ENOENT) {
+      snprintf (err, len, "ra-cache-stats-socket: %s: a stale socket "
+                "(nobody answers on it) that cannot be removed: %s",
+                path, strerror (errno));
+      return -1;
+    }
+    return 1;
+  }
+  if (r == 0 || e == EAGAIN || e == EINPROGRESS)
+    snprintf (err, len, "ra-cache-stats-socket: %s: another server is "
+              "using this socket", path);
+  else
+    snprintf (err, len, "ra-cache-stats-socket: %s: the path is in use "
+              "(connecting to it: %s)", path, strerror (e));
+  return -1;
+}
+
 int
 rc_stats_listen (const char *path, char *err, size_t len)
 {
   struct sockaddr_un addr = { .sun_family = AF_UNIX };
   struct stat st;
-  int fd;
+  int fd, tries = 0;
 
   if (strlen (path) >= sizeof addr.sun_path) {
     snprintf (err, len, "ra-cache-stats-socket: %s: path too long", path);
@@ -111,7 +160,13 @@ rc_stats_listen (const char *path, char *err, size_t len)
    * others, so the window is harmless there.
    */
   (void) fchmod (fd, 0600);
-  if (bind (fd, (struct sockaddr *) &addr, sizeof addr) == -1) {
+  while (bind (fd, (struct sockaddr *) &addr, sizeof addr) == -1) {
+    if (errno == EADDRINUSE && tries++ < 3) {
+      if (check_in_use (path, &addr, err, len) == 1)
+        continue;
+      close (fd);
+      return -1;
+    }
     snprintf (err, len, "ra-cache-stats-socket: %s: %s", path,
               strerror (errno));
     close (fd);

@@ -67,7 +67,7 @@ trap 'st=$?; stop_daemons || st=1; (exit $st); cleanup' EXIT
 # directory $tmpdir/NAME.d (made here); returns once it has forked.
 start_daemon ()
 {
-  local name=$1; shift
+  local name=$1 i; shift
   mkdir -p "$tmpdir/$name.d"
   daemons+=("$name")
   (cd "$tmpdir/$name.d" &&
@@ -75,7 +75,12 @@ start_daemon ()
     cat "$tmpdir/$name.out" "$tmpdir/$name.err"
     fail "nbdkit (daemon $name) did not start: $*"
   }
-  [ -s "$tmpdir/$name.pid" ] || fail "daemon $name wrote no pidfile"
+  # The child writes the pidfile after the fork, as the parent exits.
+  for ((i = 0; i < 300; i++)); do
+    [ -s "$tmpdir/$name.pid" ] && [ -S "$tmpdir/$name.sock" ] && return 0
+    sleep 0.1
+  done
+  fail "daemon $name wrote no pidfile within 30 s"
 }
 
 # stop_daemon NAME: SIGTERM, and wait until it has gone.
@@ -160,3 +165,26 @@ umask_now=$(sed -n 's/^Umask:[[:space:]]*//p' "/proc/$pid/status")
 [ -z "$umask_now" ] || [ "$umask_now" = 0022 ] ||
   fail "the server's umask is $umask_now, not nbdkit's 0022"
 stop_daemon d6
+
+# --- 5. a stale stats socket is replaced, a live one refused -------------
+# A socket nobody listens on, as a crashed server leaves behind.
+python3 -c '
+import socket, sys
+s = socket.socket (socket.AF_UNIX)
+s.bind (sys.argv[1])' "$tmpdir/d5-stats.sock"
+[ -S "$tmpdir/d5-stats.sock" ] || fail "could not make a stale socket"
+start_daemon d5 ra-cache-stats-socket="$tmpdir/d5-stats.sock"
+[ "$(stats_json socket "$tmpdir/d5-stats.sock" page_misses)" = 0 ] ||
+  fail "the stale stats socket was not replaced"
+# A second server on the same, live, socket is refused.
+daemon_fails live 'ra-cache-stats-socket: .*another server is using' \
+  ra-cache-stats-socket="$tmpdir/d5-stats.sock"
+[ -S "$tmpdir/d5-stats.sock" ] || fail "the refused server removed the live socket"
+[ "$(stats_json socket "$tmpdir/d5-stats.sock" page_misses)" = 0 ] ||
+  fail "the first server's socket no longer answers"
+stop_daemon d5
+# A regular file is refused, and left alone.
+echo "not a socket" > "$tmpdir/d5-file"
+daemon_fails regular 'ra-cache-stats-socket: .*exists and is not a socket \(it is a regular file\)' \
+  ra-cache-stats-socket="$tmpdir/d5-file"
+[ "$(cat "$tmpdir/d5-file")" = "not a socket" ] || fail "the regular file was changed"
