@@ -27,6 +27,7 @@ struct rc_stats_server {
   struct ev_loop *loop;
   ev_io accept_w;
   ev_timer timer_w;
+  ev_timer backoff_w;           /* restarts accept_w after EMFILE & co */
   ev_async stop_w;
   int fd;
   char *path;
@@ -43,8 +44,22 @@ on_accept (struct ev_loop *loop, ev_io *w, int revents)
   int fd;
 
   fd = accept4 (s->fd, NULL, NULL, SOCK_CLOEXEC);
-  if (fd == -1)
+  if (fd == -1) {
+    /* Out of file descriptors (or memory): the connection stays in the
+     * backlog and the level-triggered watcher would fire again at once,
+     * spinning.  Stop watching for a while; keep serving afterwards.
+     */
+    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+        errno == ENOMEM) {
+      ev_io_stop (loop, &s->accept_w);
+      /* Set again each time: a one-shot timer that has fired keeps its
+       * absolute expiry time, and restarting it as is fires at once.
+       */
+      ev_timer_set (&s->backoff_w, 0.25, 0);
+      ev_timer_start (loop, &s->backoff_w);
+    }
     return;
+  }
   /* A client that does not read must not stall the loop for long. */
   setsockopt (fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   fp = fdopen (fd, "w");
@@ -54,6 +69,14 @@ on_accept (struct ev_loop *loop, ev_io *w, int revents)
   }
   rc_stats_write_json (s->c, fp);
   fclose (fp);
+}
+
+static void
+on_backoff (struct ev_loop *loop, ev_timer *w, int revents)
+{
+  struct rc_stats_server *s = w->data;
+
+  ev_io_start (loop, &s->accept_w);
 }
 
 static void
@@ -222,6 +245,8 @@ rc_stats_server_start (struct rc_cache *c, int fd, const char *socket_path,
     ev_io_init (&s->accept_w, on_accept, s->fd, EV_READ);
     s->accept_w.data = s;
     ev_io_start (s->loop, &s->accept_w);
+    ev_timer_init (&s->backoff_w, on_backoff, 0.25, 0);
+    s->backoff_w.data = s;
   }
   if (interval_secs > 0) {
     ev_timer_init (&s->timer_w, on_timer, interval_secs, interval_secs);

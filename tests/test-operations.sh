@@ -188,3 +188,43 @@ echo "not a socket" > "$tmpdir/d5-file"
 daemon_fails regular 'ra-cache-stats-socket: .*exists and is not a socket \(it is a regular file\)' \
   ra-cache-stats-socket="$tmpdir/d5-file"
 [ "$(cat "$tmpdir/d5-file")" = "not a socket" ] || fail "the regular file was changed"
+
+# --- 7. out of file descriptors: the stats thread backs off, not spins ---
+if command -v prlimit >/dev/null 2>&1; then
+  start_daemon d7 ra-cache-stats-socket="$tmpdir/d7-stats.sock"
+  pid=$(cat "$tmpdir/d7.pid")
+  hard=$(prlimit --pid "$pid" --nofile --output HARD --noheadings)
+  # The lowest free descriptor number: a soft limit there makes the next
+  # accept4 fail with EMFILE.
+  low=0
+  while [ -e "/proc/$pid/fd/$low" ]; do low=$((low + 1)); done
+  prlimit --pid "$pid" --nofile="$low:$hard"
+  # A client waits (up to 20 s) for its document while nbdkit has no
+  # descriptor to accept it with.
+  timeout 30 python3 -c '
+import json, socket, sys
+s = socket.socket (socket.AF_UNIX)
+s.settimeout (20)
+s.connect (sys.argv[1])
+data = b""
+while True:
+    b = s.recv (65536)
+    if not b:
+        break
+    data += b
+print (json.loads (data)["page_hits"])' "$tmpdir/d7-stats.sock" \
+    > "$tmpdir/d7.client" 2>&1 &
+  client=$!
+  sleep 0.5
+  t0=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+  sleep 2
+  t1=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+  prlimit --pid "$pid" --nofile="$hard:$hard"
+  wait "$client" || { cat "$tmpdir/d7.client"; fail "the stats client got no answer after the limit was raised"; }
+  [ "$(cat "$tmpdir/d7.client")" = 0 ] || fail "bad answer: $(cat "$tmpdir/d7.client")"
+  ticks=$((t1 - t0))
+  info "CPU ticks in 2 s at EMFILE: $ticks (of $(( $(getconf CLK_TCK) * 2 )))"
+  [ "$ticks" -lt "$(getconf CLK_TCK)" ] ||
+    fail "nbdkit spent $ticks ticks of CPU in 2 s with accept4 failing (spinning?)"
+  stop_daemon d7
+fi
