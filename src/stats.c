@@ -8,9 +8,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "racache/stats-server.h"
+
+/* When the cache was started, for uptime_seconds. */
+static struct timespec started;
+
+void
+rc_stats_mark_start (void)
+{
+  clock_gettime (CLOCK_MONOTONIC, &started);
+}
+
+static double
+ratio (uint64_t a, uint64_t b)
+{
+  return b ? (double) a / b : 0.0;
+}
 
 int
 rc_stats_write_json (struct rc_cache *c, FILE *fp)
@@ -18,11 +34,27 @@ rc_stats_write_json (struct rc_cache *c, FILE *fp)
   struct rc_stats *st = rc_cache_stats (c);
   struct rc_pc_counts pc;
   double lat_ns, page_ns;
+  struct timespec now;
+  uint64_t hits = STAT_GET (st, page_hits), misses = STAT_GET (st, page_misses);
   int b;
 
   rc_pc_counts (rc_cache_pagecache (c), &pc);
   rc_cache_model (c, &lat_ns, &page_ns);
+  clock_gettime (CLOCK_MONOTONIC, &now);
   fprintf (fp, "{\n");
+  fprintf (fp, "  \"version\": \"%s\",\n", PACKAGE_VERSION);
+  fprintf (fp, "  \"schema\": %d,\n", RC_STATS_SCHEMA);
+  fprintf (fp, "  \"uptime_seconds\": %.1f,\n",
+           started.tv_sec == 0 ? 0.0
+           : (now.tv_sec - started.tv_sec)
+             + (now.tv_nsec - started.tv_nsec) / 1e9);
+  fprintf (fp, "  \"page_size\": %" PRIu64 ",\n",
+           (uint64_t) rc_pc_page_size (rc_cache_pagecache (c)));
+  fprintf (fp, "  \"hit_ratio\": %.4f,\n", ratio (hits, hits + misses));
+  fprintf (fp, "  \"backend_bytes_per_client_byte\": %.4f,\n",
+           ratio (STAT_GET (st, backend_bytes), STAT_GET (st, client_bytes)));
+  fprintf (fp, "  \"readahead_wasted_ratio\": %.4f,\n",
+           ratio (STAT_GET (st, ahead_wasted), STAT_GET (st, async_pages)));
   fprintf (fp, "  \"ra_mode\": \"%s\",\n",
            rc_cache_config (c)->mode == RC_MODE_ADAPTIVE ? "adaptive" : "kernel");
   fprintf (fp, "  \"client_reads\": %" PRIu64 ",\n", STAT_GET (st, client_reads));

@@ -8,6 +8,14 @@
 
 #include "racache/cache.h"
 
+/* The layout of the JSON document: raised when a key changes meaning or
+ * goes away (keys are only ever added within one schema).
+ */
+#define RC_STATS_SCHEMA 1
+
+/* Start counting uptime_seconds (when the cache is created). */
+void rc_stats_mark_start (void);
+
 /* Write the current counters of c as one JSON document (and a newline). */
 int rc_stats_write_json (struct rc_cache *c, FILE *fp);
 

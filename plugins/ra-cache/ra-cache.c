@@ -552,6 +552,7 @@ ra_cache_after_fork (nbdkit_backend *backend)
   unsigned nworkers = cfg.max_background;
 
   saved_backend = backend;
+  nbdkit_debug ("ra-cache: version %s", PACKAGE_VERSION);
   nbdkit_debug ("ra-cache: config: ra-mode=%s ra-cache-size=%" PRIu64
                 " ra-cache-page-size=%" PRIu64 " ra-max=%" PRIu64
                 " ra-io-max=%" PRIu64 " ra-max-background=%u"
@@ -573,6 +574,7 @@ ra_cache_after_fork (nbdkit_backend *backend)
     nbdkit_error ("ra-cache: cannot create the cache: %m");
     return -1;
   }
+  rc_stats_mark_start ();
   if (cfg.stats_socket || cfg.stats_interval > 0) {
     char msg[256];
 
@@ -903,7 +905,14 @@ ra_cache_cache (nbdkit_next *next, void *handle, uint32_t count,
 
 static struct nbdkit_filter filter = {
   .name              = "ra-cache",
-  .longname          = "nbdkit readahead cache filter",
+  /* nbdkit 1.32's struct nbdkit_filter has no version of its own:
+   * _version must be nbdkit's (NBDKIT_REGISTER_FILTER sets it and
+   * nbdkit refuses a filter whose _version differs), and --version
+   * prints that.  So the filter's version goes in the long name, which
+   * --help shows.
+   */
+  .longname          = "nbdkit readahead cache filter, ra-cache "
+                       PACKAGE_VERSION,
   .load              = ra_cache_load,
   .unload            = ra_cache_unload,
   .config            = ra_cache_config,
