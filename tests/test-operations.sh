@@ -229,6 +229,10 @@ print (json.loads (data)["page_hits"])' "$tmpdir/d7-stats.sock" \
   stop_daemon d7
 fi
 
+# --- 10. a cache larger than memory is refused -----------------------------
+daemon_fails huge 'ra-cache-size: [0-9]+ bytes is larger than (physical memory|the cgroup)' \
+  ra-cache-size=100T
+
 # --- 9. the filter's version is visible ----------------------------------
 version=$(sed -n 's/^#define PACKAGE_VERSION "\(.*\)"$/\1/p' "$top_builddir/config.h")
 [ -n "$version" ] || fail "no PACKAGE_VERSION in $top_builddir/config.h"

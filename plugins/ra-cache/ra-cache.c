@@ -285,6 +285,20 @@ ra_cache_config_complete (nbdkit_next_config_complete *next,
       nbdkit_error ("%s", bad);
     return -1;
   }
+  /* ra-cache-size is a limit that page memory grows to, reserved as
+   * address space at once: one larger than the machine (or the cgroup)
+   * can give is a typo (100T for 100G) and would end in the OOM killer.
+   */
+  {
+    const char *what;
+    uint64_t mem = rc_memory_limit (&what);
+
+    if (cfg.cache_size > mem) {
+      nbdkit_error ("ra-cache-size: %" PRIu64 " bytes is larger than %s "
+                    "(%" PRIu64 " bytes)", cfg.cache_size, what, mem);
+      return -1;
+    }
+  }
   if (make_absolute (&cfg.stats_file) == -1 ||
       make_absolute (&cfg.stats_socket) == -1)
     return -1;
