@@ -31,6 +31,7 @@ struct rc_stats_server {
   ev_async stop_w;
   int fd;
   char *path;
+  char *stats_file;             /* rewritten by the timer, or NULL */
   void (*log) (const char *line);
   pthread_t thread;
 };
@@ -88,6 +89,14 @@ on_timer (struct ev_loop *loop, ev_timer *w, int revents)
   if (line && s->log)
     s->log (line);
   free (line);
+  if (s->stats_file && rc_stats_write_file (s->c, s->stats_file) == -1 &&
+      s->log) {
+    char msg[512];
+
+    snprintf (msg, sizeof msg, "ra-cache-stats: %s: %s", s->stats_file,
+              strerror (errno));
+    s->log (msg);
+  }
 }
 
 static void
@@ -215,7 +224,7 @@ rc_stats_listen (const char *path, char *err, size_t len)
 
 struct rc_stats_server *
 rc_stats_server_start (struct rc_cache *c, int fd, const char *socket_path,
-                       unsigned interval_secs,
+                       unsigned interval_secs, const char *stats_file,
                        void (*log) (const char *line),
                        char *err, size_t len)
 {
@@ -248,6 +257,13 @@ rc_stats_server_start (struct rc_cache *c, int fd, const char *socket_path,
     ev_timer_init (&s->backoff_w, on_backoff, 0.25, 0);
     s->backoff_w.data = s;
   }
+  if (interval_secs > 0 && stats_file) {
+    s->stats_file = strdup (stats_file);
+    if (!s->stats_file) {
+      snprintf (err, len, "ra-cache stats: %s", strerror (errno));
+      goto fail;
+    }
+  }
   if (interval_secs > 0) {
     ev_timer_init (&s->timer_w, on_timer, interval_secs, interval_secs);
     s->timer_w.data = s;
@@ -265,6 +281,7 @@ rc_stats_server_start (struct rc_cache *c, int fd, const char *socket_path,
  fail:
   /* The caller still owns fd (and removes the socket). */
   free (s->path);
+  free (s->stats_file);
   ev_loop_destroy (s->loop);
   free (s);
   return NULL;
@@ -282,6 +299,7 @@ rc_stats_server_stop (struct rc_stats_server *s)
     unlink (s->path);
   }
   free (s->path);
+  free (s->stats_file);
   ev_loop_destroy (s->loop);
   free (s);
 }

@@ -264,3 +264,18 @@ assert 0 <= wr <= 1, 'readahead_wasted_ratio %s' % wr
 stop_daemon d12
 [ "$(file_stat "$tmpdir/d12.json" version)" = "$version" ] ||
   fail "the stats file has no version"
+
+# --- 13. ra-cache-stats-interval rewrites the stats file, without -v ------
+start_daemon d13 ra-cache-stats="$tmpdir/d13.json" ra-cache-stats-interval=1
+for ((i = 0; i < 100; i++)); do
+  [ -s "$tmpdir/d13.json" ] && break
+  sleep 0.1
+done
+[ -s "$tmpdir/d13.json" ] ||
+  fail "the stats file was not written within 10 s with ra-cache-stats-interval=1"
+up1=$(file_stat "$tmpdir/d13.json" uptime_seconds)
+sleep 2.5
+up2=$(file_stat "$tmpdir/d13.json" uptime_seconds)
+python3 -c "import sys; sys.exit (0 if float (sys.argv[2]) > float (sys.argv[1]) else 1)" \
+  "$up1" "$up2" || fail "the stats file was not rewritten ($up1, then $up2)"
+stop_daemon d13

@@ -37,12 +37,13 @@ int rc_stats_listen (const char *path, char *err, size_t len);
  * rc_stats_listen at socket_path; serve one JSON document to each
  * connection on it (the server then owns fd, and closes and removes the
  * socket when stopped; on failure the caller still does).
- * interval_secs (0 = never): call log(summary) that often.  Returns NULL
+ * interval_secs (0 = never): call log(summary) that often, and rewrite
+ * stats_file (may be NULL) then too.  Returns NULL
  * with a message in err on failure.
  */
 struct rc_stats_server *
 rc_stats_server_start (struct rc_cache *c, int fd, const char *socket_path,
-                       unsigned interval_secs,
+                       unsigned interval_secs, const char *stats_file,
                        void (*log) (const char *line),
                        char *err, size_t len);
 

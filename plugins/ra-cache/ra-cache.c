@@ -334,11 +334,11 @@ ra_cache_config_complete (nbdkit_next_config_complete *next,
   "                            1 to ra-max-background).\n" \
   "ra-congestion=skip|wait     At the threshold, drop the async part or\n" \
   "                            queue it (default skip).\n" \
-  "ra-cache-stats=FILE         Write the counters as JSON at exit\n" \
-  "                            (default none).\n" \
+  "ra-cache-stats=FILE         Write the counters as JSON (default\n" \
+  "                            none) at exit and every interval.\n" \
   "ra-cache-stats-socket=PATH  Serve the counters as JSON on a Unix\n" \
   "                            socket, mode 0600 (default none).\n" \
-  "ra-cache-stats-interval=SECS  Log a summary line this often\n" \
+  "ra-cache-stats-interval=SECS  Log a summary, rewrite the stats file\n" \
   "                            (default 0 = never; up to 86400)."
 
 static int
@@ -593,7 +593,8 @@ ra_cache_after_fork (nbdkit_backend *backend)
     char msg[256];
 
     stats_server = rc_stats_server_start (cache, stats_fd, cfg.stats_socket,
-                                          cfg.stats_interval, log_line,
+                                          cfg.stats_interval, cfg.stats_file,
+                                          log_line,
                                           msg, sizeof msg);
     if (!stats_server) {
       nbdkit_error ("%s", msg);
