@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <libconfig.h>
 
@@ -393,4 +394,90 @@ rc_config_check (struct rc_config *c, char *buf, size_t len)
     return buf;
   }
   return NULL;
+}
+
+/* The smallest memory limit of the cgroup at path (relative to mount,
+ * the controller's mount point) and of its ancestors found in file
+ * (memory.max or memory.limit_in_bytes); UINT64_MAX if none.
+ */
+static uint64_t
+cgroup_limit (const char *mount, const char *path, const char *file)
+{
+  char dir[4096], fname[4200];
+  uint64_t best = UINT64_MAX;
+  char *slash;
+
+  if (snprintf (dir, sizeof dir, "%s%s", mount, path) >= (int) sizeof dir)
+    return best;
+  for (;;) {
+    FILE *fp;
+    char buf[64];
+
+    snprintf (fname, sizeof fname, "%s/%s", dir, file);
+    fp = fopen (fname, "re");
+    if (fp) {
+      if (fgets (buf, sizeof buf, fp) && buf[0] >= '0' && buf[0] <= '9') {
+        uint64_t v = strtoull (buf, NULL, 10);
+        if (v < best)
+          best = v;
+      }
+      fclose (fp);
+    }
+    slash = strrchr (dir, '/');
+    if (!slash || strlen (dir) <= strlen (mount))
+      break;
+    *slash = '\0';
+  }
+  return best;
+}
+
+uint64_t
+rc_memory_limit (const char **what)
+{
+  long pages = sysconf (_SC_PHYS_PAGES), psize = sysconf (_SC_PAGESIZE);
+  uint64_t limit = UINT64_MAX;
+  FILE *fp;
+  char line[4096];
+
+  *what = "physical memory";
+  if (pages > 0 && psize > 0)
+    limit = (uint64_t) pages * psize;
+  /* /proc/self/cgroup: "0::/path" (cgroup v2) or "N:memory:/path"
+   * (cgroup v1, the memory controller, maybe among others).
+   */
+  fp = fopen ("/proc/self/cgroup", "re");
+  if (!fp)
+    return limit;
+  while (fgets (line, sizeof line, fp)) {
+    char *c1 = strchr (line, ':'), *c2, *nl;
+    uint64_t v = UINT64_MAX;
+    const char *kind = NULL;
+
+    if (!c1 || !(c2 = strchr (c1 + 1, ':')))
+      continue;
+    if ((nl = strchr (c2, '\n')))
+      *nl = '\0';
+    *c2 = '\0';
+    if (strcmp (line, "0") == 0 && c1[1] == '\0') {
+      v = cgroup_limit ("/sys/fs/cgroup", c2 + 1, "memory.max");
+      kind = "the cgroup (v2) memory limit (memory.max)";
+    }
+    else {
+      char *tok, *save = NULL;
+
+      for (tok = strtok_r (c1 + 1, ",", &save); tok;
+           tok = strtok_r (NULL, ",", &save))
+        if (strcmp (tok, "memory") == 0) {
+          v = cgroup_limit ("/sys/fs/cgroup/memory", c2 + 1,
+                            "memory.limit_in_bytes");
+          kind = "the cgroup (v1) memory limit (memory.limit_in_bytes)";
+        }
+    }
+    if (kind && v < limit) {
+      limit = v;
+      *what = kind;
+    }
+  }
+  fclose (fp);
+  return limit;
 }

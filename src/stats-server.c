@@ -27,9 +27,11 @@ struct rc_stats_server {
   struct ev_loop *loop;
   ev_io accept_w;
   ev_timer timer_w;
+  ev_timer backoff_w;           /* restarts accept_w after EMFILE & co */
   ev_async stop_w;
   int fd;
   char *path;
+  char *stats_file;             /* rewritten by the timer, or NULL */
   void (*log) (const char *line);
   pthread_t thread;
 };
@@ -43,8 +45,22 @@ on_accept (struct ev_loop *loop, ev_io *w, int revents)
   int fd;
 
   fd = accept4 (s->fd, NULL, NULL, SOCK_CLOEXEC);
-  if (fd == -1)
+  if (fd == -1) {
+    /* Out of file descriptors (or memory): the connection stays in the
+     * backlog and the level-triggered watcher would fire again at once,
+     * spinning.  Stop watching for a while; keep serving afterwards.
+     */
+    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+        errno == ENOMEM) {
+      ev_io_stop (loop, &s->accept_w);
+      /* Set again each time: a one-shot timer that has fired keeps its
+       * absolute expiry time, and restarting it as is fires at once.
+       */
+      ev_timer_set (&s->backoff_w, 0.25, 0);
+      ev_timer_start (loop, &s->backoff_w);
+    }
     return;
+  }
   /* A client that does not read must not stall the loop for long. */
   setsockopt (fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   fp = fdopen (fd, "w");
@@ -57,6 +73,14 @@ on_accept (struct ev_loop *loop, ev_io *w, int revents)
 }
 
 static void
+on_backoff (struct ev_loop *loop, ev_timer *w, int revents)
+{
+  struct rc_stats_server *s = w->data;
+
+  ev_io_start (loop, &s->accept_w);
+}
+
+static void
 on_timer (struct ev_loop *loop, ev_timer *w, int revents)
 {
   struct rc_stats_server *s = w->data;
@@ -65,6 +89,14 @@ on_timer (struct ev_loop *loop, ev_timer *w, int revents)
   if (line && s->log)
     s->log (line);
   free (line);
+  if (s->stats_file && rc_stats_write_file (s->c, s->stats_file) == -1 &&
+      s->log) {
+    char msg[512];
+
+    snprintf (msg, sizeof msg, "ra-cache-stats: %s: %s", s->stats_file,
+              strerror (errno));
+    s->log (msg);
+  }
 }
 
 static void
@@ -82,12 +114,61 @@ loop_main (void *arg)
   return NULL;
 }
 
+/* bind failed with EADDRINUSE: something is at path.  A socket nobody
+ * answers on (a server that crashed, or was killed, left it) is removed,
+ * so that a restart works: returns 1, try again.  Anything else is
+ * refused with a message saying what it is: returns -1.
+ */
 static int
-listen_unix (const char *path, char *err, size_t len)
+check_in_use (const char *path, const struct sockaddr_un *addr,
+              char *err, size_t len)
+{
+  struct stat st;
+  int fd, r, e;
+
+  if (lstat (path, &st) == -1)
+    return 1;                   /* gone since: try again */
+  if (!S_ISSOCK (st.st_mode)) {
+    snprintf (err, len, "ra-cache-stats-socket: %s exists and is not a "
+              "socket (it is a %s): remove it or choose another path", path,
+              S_ISREG (st.st_mode) ? "regular file"
+              : S_ISDIR (st.st_mode) ? "directory"
+              : S_ISLNK (st.st_mode) ? "symbolic link" : "special file");
+    return -1;
+  }
+  fd = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd == -1) {
+    snprintf (err, len, "ra-cache-stats-socket: socket: %s", strerror (errno));
+    return -1;
+  }
+  /* Non-blocking: a live server with a full backlog gives EAGAIN. */
+  r = connect (fd, (const struct sockaddr *) addr, sizeof *addr);
+  e = errno;
+  close (fd);
+  if (r == -1 && e == ECONNREFUSED) {
+    if (unlink (path) == -1 && errno != ENOENT) {
+      snprintf (err, len, "ra-cache-stats-socket: %s: a stale socket "
+                "(nobody answers on it) that cannot be removed: %s",
+                path, strerror (errno));
+      return -1;
+    }
+    return 1;
+  }
+  if (r == 0 || e == EAGAIN || e == EINPROGRESS)
+    snprintf (err, len, "ra-cache-stats-socket: %s: another server is "
+              "using this socket", path);
+  else
+    snprintf (err, len, "ra-cache-stats-socket: %s: the path is in use "
+              "(connecting to it: %s)", path, strerror (e));
+  return -1;
+}
+
+int
+rc_stats_listen (const char *path, char *err, size_t len)
 {
   struct sockaddr_un addr = { .sun_family = AF_UNIX };
-  mode_t old;
-  int fd;
+  struct stat st;
+  int fd, tries = 0;
 
   if (strlen (path) >= sizeof addr.sun_path) {
     snprintf (err, len, "ra-cache-stats-socket: %s: path too long", path);
@@ -99,16 +180,38 @@ listen_unix (const char *path, char *err, size_t len)
     snprintf (err, len, "ra-cache-stats-socket: socket: %s", strerror (errno));
     return -1;
   }
-  /* Created mode 0600: the counters are the operator's business. */
-  old = umask (0177);
-  if (bind (fd, (struct sockaddr *) &addr, sizeof addr) == -1) {
-    umask (old);
+  /* Created mode 0600: the counters are the operator's business.  Not
+   * with umask(), which is process-wide and would race other threads
+   * creating files.  Linux creates a Unix socket's file with the mode of
+   * the socket's own inode (minus the umask: unix_bind in
+   * net/unix/af_unix.c), and fchmod on the socket sets that inode's
+   * mode: so fchmod before bind creates the file 0600 with no window.
+   * Where a system ignores that (fchmod fails, or the file comes out
+   * with more bits), chmod the file at once: connecting needs write
+   * permission, which nbdkit's umask (0022) already denies group and
+   * others, so the window is harmless there.
+   */
+  (void) fchmod (fd, 0600);
+  while (bind (fd, (struct sockaddr *) &addr, sizeof addr) == -1) {
+    if (errno == EADDRINUSE && tries++ < 3) {
+      if (check_in_use (path, &addr, err, len) == 1)
+        continue;
+      close (fd);
+      return -1;
+    }
     snprintf (err, len, "ra-cache-stats-socket: %s: %s", path,
               strerror (errno));
     close (fd);
     return -1;
   }
-  umask (old);
+  if (lstat (path, &st) == 0 && (st.st_mode & 0177) != 0 &&
+      chmod (path, 0600) == -1) {
+    snprintf (err, len, "ra-cache-stats-socket: %s: chmod: %s", path,
+              strerror (errno));
+    close (fd);
+    unlink (path);
+    return -1;
+  }
   if (listen (fd, 16) == -1) {
     snprintf (err, len, "ra-cache-stats-socket: listen: %s",
               strerror (errno));
@@ -120,8 +223,8 @@ listen_unix (const char *path, char *err, size_t len)
 }
 
 struct rc_stats_server *
-rc_stats_server_start (struct rc_cache *c, const char *socket_path,
-                       unsigned interval_secs,
+rc_stats_server_start (struct rc_cache *c, int fd, const char *socket_path,
+                       unsigned interval_secs, const char *stats_file,
                        void (*log) (const char *line),
                        char *err, size_t len)
 {
@@ -141,14 +244,25 @@ rc_stats_server_start (struct rc_cache *c, const char *socket_path,
     free (s);
     return NULL;
   }
-  if (socket_path) {
-    s->fd = listen_unix (socket_path, err, len);
-    if (s->fd == -1)
-      goto fail;
+  if (fd >= 0) {
     s->path = strdup (socket_path);
+    if (!s->path) {
+      snprintf (err, len, "ra-cache stats: %s", strerror (errno));
+      goto fail;
+    }
+    s->fd = fd;
     ev_io_init (&s->accept_w, on_accept, s->fd, EV_READ);
     s->accept_w.data = s;
     ev_io_start (s->loop, &s->accept_w);
+    ev_timer_init (&s->backoff_w, on_backoff, 0.25, 0);
+    s->backoff_w.data = s;
+  }
+  if (interval_secs > 0 && stats_file) {
+    s->stats_file = strdup (stats_file);
+    if (!s->stats_file) {
+      snprintf (err, len, "ra-cache stats: %s", strerror (errno));
+      goto fail;
+    }
   }
   if (interval_secs > 0) {
     ev_timer_init (&s->timer_w, on_timer, interval_secs, interval_secs);
@@ -165,11 +279,9 @@ rc_stats_server_start (struct rc_cache *c, const char *socket_path,
   return s;
 
  fail:
-  if (s->fd >= 0) {
-    close (s->fd);
-    unlink (socket_path);
-  }
+  /* The caller still owns fd (and removes the socket). */
   free (s->path);
+  free (s->stats_file);
   ev_loop_destroy (s->loop);
   free (s);
   return NULL;
@@ -187,6 +299,7 @@ rc_stats_server_stop (struct rc_stats_server *s)
     unlink (s->path);
   }
   free (s->path);
+  free (s->stats_file);
   ev_loop_destroy (s->loop);
   free (s);
 }

@@ -3,13 +3,30 @@
 #include <config.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "racache/stats-server.h"
+
+/* When the cache was started, for uptime_seconds. */
+static struct timespec started;
+
+void
+rc_stats_mark_start (void)
+{
+  clock_gettime (CLOCK_MONOTONIC, &started);
+}
+
+static double
+ratio (uint64_t a, uint64_t b)
+{
+  return b ? (double) a / b : 0.0;
+}
 
 int
 rc_stats_write_json (struct rc_cache *c, FILE *fp)
@@ -17,11 +34,27 @@ rc_stats_write_json (struct rc_cache *c, FILE *fp)
   struct rc_stats *st = rc_cache_stats (c);
   struct rc_pc_counts pc;
   double lat_ns, page_ns;
+  struct timespec now;
+  uint64_t hits = STAT_GET (st, page_hits), misses = STAT_GET (st, page_misses);
   int b;
 
   rc_pc_counts (rc_cache_pagecache (c), &pc);
   rc_cache_model (c, &lat_ns, &page_ns);
+  clock_gettime (CLOCK_MONOTONIC, &now);
   fprintf (fp, "{\n");
+  fprintf (fp, "  \"version\": \"%s\",\n", PACKAGE_VERSION);
+  fprintf (fp, "  \"schema\": %d,\n", RC_STATS_SCHEMA);
+  fprintf (fp, "  \"uptime_seconds\": %.1f,\n",
+           started.tv_sec == 0 ? 0.0
+           : (now.tv_sec - started.tv_sec)
+             + (now.tv_nsec - started.tv_nsec) / 1e9);
+  fprintf (fp, "  \"page_size\": %" PRIu64 ",\n",
+           (uint64_t) rc_pc_page_size (rc_cache_pagecache (c)));
+  fprintf (fp, "  \"hit_ratio\": %.4f,\n", ratio (hits, hits + misses));
+  fprintf (fp, "  \"backend_bytes_per_client_byte\": %.4f,\n",
+           ratio (STAT_GET (st, backend_bytes), STAT_GET (st, client_bytes)));
+  fprintf (fp, "  \"readahead_wasted_ratio\": %.4f,\n",
+           ratio (STAT_GET (st, ahead_wasted), STAT_GET (st, async_pages)));
   fprintf (fp, "  \"ra_mode\": \"%s\",\n",
            rc_cache_config (c)->mode == RC_MODE_ADAPTIVE ? "adaptive" : "kernel");
   fprintf (fp, "  \"client_reads\": %" PRIu64 ",\n", STAT_GET (st, client_reads));
@@ -112,29 +145,45 @@ rc_stats_summary (struct rc_cache *c)
   return s;
 }
 
+/* Write the document to a private temporary file in path's directory
+ * and rename it into place, so that readers see the old document or the
+ * new one, never part of one.  mkostemp creates the file with O_EXCL
+ * (an existing name, a symlink planted there included, is never opened
+ * or followed) and mode 0600: the counters are the operator's business,
+ * as on the stats socket.
+ */
 int
 rc_stats_write_file (struct rc_cache *c, const char *path)
 {
   size_t n = strlen (path);
-  char *tmp = malloc (n + 8);
+  char *tmp = malloc (n + sizeof ".XXXXXX");
   FILE *fp;
-  int r;
+  int fd, r, e;
 
   if (!tmp)
     return -1;
-  snprintf (tmp, n + 8, "%s.tmp", path);
-  fp = fopen (tmp, "w");
-  if (!fp) {
+  snprintf (tmp, n + sizeof ".XXXXXX", "%s.XXXXXX", path);
+  fd = mkostemp (tmp, O_CLOEXEC);
+  if (fd == -1) {
     free (tmp);
     return -1;
+  }
+  fp = fdopen (fd, "w");
+  if (!fp) {
+    e = errno;
+    close (fd);
+    r = -1;
+    errno = e;
+    goto out;
   }
   r = rc_stats_write_json (c, fp);
   if (fclose (fp) != 0)
     r = -1;
   if (r == 0 && rename (tmp, path) == -1)
     r = -1;
+ out:
   if (r == -1) {
-    int e = errno;
+    e = errno;
     unlink (tmp);
     errno = e;
   }

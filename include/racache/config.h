@@ -129,4 +129,10 @@ int rc_config_load_file (struct rc_config *c, const char *path,
  */
 const char *rc_config_check (struct rc_config *c, char *buf, size_t len);
 
+/* The memory this process may use at most: physical memory, or the
+ * memory limit of its cgroup (v2 memory.max, v1 memory.limit_in_bytes,
+ * of its cgroup and every ancestor) if smaller.  *what names which.
+ */
+uint64_t rc_memory_limit (const char **what);
+
 #endif /* RACACHE_CONFIG_H */

@@ -8,6 +8,14 @@
 
 #include "racache/cache.h"
 
+/* The layout of the JSON document: raised when a key changes meaning or
+ * goes away (keys are only ever added within one schema).
+ */
+#define RC_STATS_SCHEMA 1
+
+/* Start counting uptime_seconds (when the cache is created). */
+void rc_stats_mark_start (void);
+
 /* Write the current counters of c as one JSON document (and a newline). */
 int rc_stats_write_json (struct rc_cache *c, FILE *fp);
 
@@ -19,14 +27,23 @@ int rc_stats_write_file (struct rc_cache *c, const char *path);
 
 struct rc_stats_server;
 
-/* Start the loop thread.  socket_path (may be NULL): serve one JSON
- * document to each connection on a Unix socket created mode 0600;
- * interval_secs (0 = never): call log(summary) that often.  Returns NULL
+/* Create the Unix socket at path, mode 0600, listening, non-blocking and
+ * close-on-exec: done before nbdkit forks, so that a bad path stops it
+ * with an error.  Returns the fd, or -1 with a message in err.
+ */
+int rc_stats_listen (const char *path, char *err, size_t len);
+
+/* Start the loop thread.  fd (-1 for none): a socket from
+ * rc_stats_listen at socket_path; serve one JSON document to each
+ * connection on it (the server then owns fd, and closes and removes the
+ * socket when stopped; on failure the caller still does).
+ * interval_secs (0 = never): call log(summary) that often, and rewrite
+ * stats_file (may be NULL) then too.  Returns NULL
  * with a message in err on failure.
  */
 struct rc_stats_server *
-rc_stats_server_start (struct rc_cache *c, const char *socket_path,
-                       unsigned interval_secs,
+rc_stats_server_start (struct rc_cache *c, int fd, const char *socket_path,
+                       unsigned interval_secs, const char *stats_file,
                        void (*log) (const char *line),
                        char *err, size_t len);
 

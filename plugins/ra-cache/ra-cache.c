@@ -33,6 +33,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <nbdkit-filter.h>
 
@@ -63,6 +65,11 @@ static pthread_mutex_t backend_lock = PTHREAD_MUTEX_INITIALIZER;
 static nbdkit_backend *saved_backend;
 static struct rc_cache *cache;
 static struct rc_stats_server *stats_server;
+/* The stats socket, bound in .get_ready (before nbdkit forks, so that a
+ * bad path is an error the operator sees) and served from .after_fork;
+ * -1 when there is none or the stats server owns it.
+ */
+static int stats_fd = -1;
 
 struct handle {
   struct rc_stream *stream;
@@ -183,6 +190,67 @@ given_on_cmdline (const char *key, void *arg)
   return false;
 }
 
+/* ra-cache-stats=FILE is written at exit (and every
+ * ra-cache-stats-interval): check now that it can be, so that a typo
+ * stops nbdkit at startup rather than losing the counters at exit.  The
+ * file is created in its directory (a temporary file renamed into
+ * place), so the directory must exist and be writable; FILE itself
+ * must not be a directory.
+ */
+static int
+check_stats_file (const char *path)
+{
+  const char *slash = strrchr (path, '/');
+  char *dir;
+  struct stat st;
+  int r = -1;
+
+  if (slash == path)
+    dir = strdup ("/");
+  else if (slash)
+    dir = strndup (path, slash - path);
+  else
+    dir = strdup (".");
+  if (!dir) {
+    nbdkit_error ("ra-cache-stats: %m");
+    return -1;
+  }
+  if (stat (dir, &st) == -1)
+    nbdkit_error ("ra-cache-stats: %s: cannot use the directory %s: %m",
+                  path, dir);
+  else if (!S_ISDIR (st.st_mode))
+    nbdkit_error ("ra-cache-stats: %s: %s is not a directory", path, dir);
+  else if (access (dir, W_OK | X_OK) == -1)
+    nbdkit_error ("ra-cache-stats: %s: the directory %s is not writable: %m",
+                  path, dir);
+  else if (stat (path, &st) == 0 && S_ISDIR (st.st_mode))
+    nbdkit_error ("ra-cache-stats: %s is a directory", path);
+  else
+    r = 0;
+  free (dir);
+  return r;
+}
+
+/* Make *path absolute, relative to the directory nbdkit was started in:
+ * nbdkit chdirs to / when it forks into the background, after this.
+ * Paths set in a configuration file are relative to that directory too
+ * (not to the file's): they are resolved here, with the command line's.
+ */
+static int
+make_absolute (char **path)
+{
+  char *abs;
+
+  if (!*path)
+    return 0;
+  abs = nbdkit_absolute_path (*path);
+  if (!abs)
+    return -1;
+  free (*path);
+  *path = abs;
+  return 0;
+}
+
 static int
 ra_cache_config_complete (nbdkit_next_config_complete *next,
                           nbdkit_backend *nxdata)
@@ -217,6 +285,25 @@ ra_cache_config_complete (nbdkit_next_config_complete *next,
       nbdkit_error ("%s", bad);
     return -1;
   }
+  /* ra-cache-size is a limit that page memory grows to, reserved as
+   * address space at once: one larger than the machine (or the cgroup)
+   * can give is a typo (100T for 100G) and would end in the OOM killer.
+   */
+  {
+    const char *what;
+    uint64_t mem = rc_memory_limit (&what);
+
+    if (cfg.cache_size > mem) {
+      nbdkit_error ("ra-cache-size: %" PRIu64 " bytes is larger than %s "
+                    "(%" PRIu64 " bytes)", cfg.cache_size, what, mem);
+      return -1;
+    }
+  }
+  if (make_absolute (&cfg.stats_file) == -1 ||
+      make_absolute (&cfg.stats_socket) == -1)
+    return -1;
+  if (cfg.stats_file && check_stats_file (cfg.stats_file) == -1)
+    return -1;
   return next (nxdata);
 }
 
@@ -247,11 +334,11 @@ ra_cache_config_complete (nbdkit_next_config_complete *next,
   "                            1 to ra-max-background).\n" \
   "ra-congestion=skip|wait     At the threshold, drop the async part or\n" \
   "                            queue it (default skip).\n" \
-  "ra-cache-stats=FILE         Write the counters as JSON at exit\n" \
-  "                            (default none).\n" \
+  "ra-cache-stats=FILE         Write the counters as JSON (default\n" \
+  "                            none) at exit and every interval.\n" \
   "ra-cache-stats-socket=PATH  Serve the counters as JSON on a Unix\n" \
   "                            socket, mode 0600 (default none).\n" \
-  "ra-cache-stats-interval=SECS  Log a summary line this often\n" \
+  "ra-cache-stats-interval=SECS  Log a summary, rewrite the stats file\n" \
   "                            (default 0 = never; up to 86400)."
 
 static int
@@ -283,6 +370,21 @@ ra_cache_get_ready (int thread_model)
     nbdkit_debug ("ra-cache: the plugin serializes requests per "
                   "connection: a background connection carries one "
                   "worker's read at a time");
+  /* nbdkit forks into the background after .get_ready and before
+   * .after_fork (server/main.c: start_serving): bind the stats socket
+   * now, so that a bad path fails nbdkit in the foreground with the
+   * error on stderr; the loop thread serving it starts in .after_fork
+   * (threads do not survive the fork).
+   */
+  if (cfg.stats_socket) {
+    char msg[512];
+
+    stats_fd = rc_stats_listen (cfg.stats_socket, msg, sizeof msg);
+    if (stats_fd == -1) {
+      nbdkit_error ("%s", msg);
+      return -1;
+    }
+  }
   return 0;
 }
 
@@ -464,6 +566,7 @@ ra_cache_after_fork (nbdkit_backend *backend)
   unsigned nworkers = cfg.max_background;
 
   saved_backend = backend;
+  nbdkit_debug ("ra-cache: version %s", PACKAGE_VERSION);
   nbdkit_debug ("ra-cache: config: ra-mode=%s ra-cache-size=%" PRIu64
                 " ra-cache-page-size=%" PRIu64 " ra-max=%" PRIu64
                 " ra-io-max=%" PRIu64 " ra-max-background=%u"
@@ -485,16 +588,19 @@ ra_cache_after_fork (nbdkit_backend *backend)
     nbdkit_error ("ra-cache: cannot create the cache: %m");
     return -1;
   }
+  rc_stats_mark_start ();
   if (cfg.stats_socket || cfg.stats_interval > 0) {
     char msg[256];
 
-    stats_server = rc_stats_server_start (cache, cfg.stats_socket,
-                                          cfg.stats_interval, log_line,
+    stats_server = rc_stats_server_start (cache, stats_fd, cfg.stats_socket,
+                                          cfg.stats_interval, cfg.stats_file,
+                                          log_line,
                                           msg, sizeof msg);
     if (!stats_server) {
       nbdkit_error ("%s", msg);
       return -1;
     }
+    stats_fd = -1;              /* the stats server owns it now */
   }
   return 0;
 }
@@ -539,6 +645,11 @@ ra_cache_cleanup (nbdkit_backend *backend)
 {
   rc_stats_server_stop (stats_server);
   stats_server = NULL;
+  if (stats_fd >= 0) {          /* bound, never served */
+    close (stats_fd);
+    unlink (cfg.stats_socket);
+    stats_fd = -1;
+  }
   if (cache) {
     log_stats ();
     /* Stop the workers first, so the file has the final counters. */
@@ -809,7 +920,14 @@ ra_cache_cache (nbdkit_next *next, void *handle, uint32_t count,
 
 static struct nbdkit_filter filter = {
   .name              = "ra-cache",
-  .longname          = "nbdkit readahead cache filter",
+  /* nbdkit 1.32's struct nbdkit_filter has no version of its own:
+   * _version must be nbdkit's (NBDKIT_REGISTER_FILTER sets it and
+   * nbdkit refuses a filter whose _version differs), and --version
+   * prints that.  So the filter's version goes in the long name, which
+   * --help shows.
+   */
+  .longname          = "nbdkit readahead cache filter, ra-cache "
+                       PACKAGE_VERSION,
   .load              = ra_cache_load,
   .unload            = ra_cache_unload,
   .config            = ra_cache_config,
