@@ -31,6 +31,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -608,6 +609,20 @@ read_through (struct rc_cache *c, struct rc_stream *s, void *ctx,
       cb->done_end = 0;
       tries = 0;
       continue;
+    }
+    /* Whole pages that are plain hits: many at a time. */
+    if (tries == 0 && from == page_start && to == page_start + ps &&
+        !(i < cb->done_start && cb->done_end > cb->done_start)) {
+      ra_pgoff whole = (end >> shift) - i;
+      unsigned k = rc_pc_copy_run (c->pc, i,
+                                   whole > UINT_MAX ? UINT_MAX : whole,
+                                   dst, again_page);
+
+      if (k > 0) {
+        STAT_ADD (&c->stats, page_hits, k);
+        i += k;
+        continue;
+      }
     }
     switch (rc_pc_access (c->pc, i, dst, from - page_start, to - from,
                           i == again_page, promote, c, &waited,

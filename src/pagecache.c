@@ -819,6 +819,57 @@ rc_pc_invalidate (struct rc_pagecache *pc, uint64_t offset, uint64_t count)
   for_each_page (pc, first, last - first + 1, invalidate_one, NULL);
 }
 
+/* A client copied up to date page p out: move it to the list it now
+ * belongs on.  Returns true if that is the inactive list (read once).
+ * Called with s->lock held.
+ */
+static bool
+read_once (struct rc_pagecache *pc, struct shard *s, struct page *p,
+           bool again)
+{
+  enum page_list to;
+
+  if (p->flags & PF_UNUSED) {
+    if (p->flags & PF_AHEAD)
+      STAT_ADD (pc->stats, ahead_used, 1);
+    to = (p->flags & PF_KEEP) ? L_ACTIVE : L_INACTIVE;
+    p->flags &= ~(PF_UNUSED | PF_AHEAD | PF_KEEP);
+  }
+  else if (p->list == L_INACTIVE && !again)
+    to = L_ACTIVE;              /* read again: it earns its place */
+  else
+    to = p->list;
+  list_put (pc, s, p, to);
+  return to == L_INACTIVE;
+}
+
+unsigned
+rc_pc_copy_run (struct rc_pagecache *pc, ra_pgoff index, unsigned n,
+                void *dst, ra_pgoff again_index)
+{
+  struct shard *s = shard_of (pc, index);
+  ra_pgoff group_end = ((index >> GROUP_SHIFT) + 1) << GROUP_SHIFT;
+  bool inactive = false;
+  unsigned k;
+
+  if (n > group_end - index)
+    n = group_end - index;
+  ACQUIRE_LOCK (&s->lock);
+  for (k = 0; k < n; k++) {
+    struct page *p = lookup (s, index + k);
+
+    if (!p || p->state != PAGE_UPTODATE || (p->flags & PF_MARKER))
+      break;
+    memcpy ((char *) dst + ((size_t) k << pc->page_shift), p->data,
+            pc->page_size);
+    inactive |= read_once (pc, s, p, index + k == again_index);
+  }
+  if (inactive)
+    drop_behind (pc, s);
+  RELEASE_LOCK (&s->lock);
+  return k;
+}
+
 enum rc_access
 rc_pc_access (struct rc_pagecache *pc, ra_pgoff index,
               void *dst, uint32_t off, uint32_t len, bool again,
@@ -843,21 +894,8 @@ rc_pc_access (struct rc_pagecache *pc, ra_pgoff index,
       break;
     }
     if (p->state == PAGE_UPTODATE) {
-      enum page_list to;
-
       memcpy (dst, p->data + off, len);
-      if (p->flags & PF_UNUSED) {
-        if (p->flags & PF_AHEAD)
-          STAT_ADD (pc->stats, ahead_used, 1);
-        to = (p->flags & PF_KEEP) ? L_ACTIVE : L_INACTIVE;
-        p->flags &= ~(PF_UNUSED | PF_AHEAD | PF_KEEP);
-      }
-      else if (p->list == L_INACTIVE && !again)
-        to = L_ACTIVE;          /* read again: it earns its place */
-      else
-        to = p->list;
-      list_put (pc, s, p, to);
-      if (to == L_INACTIVE)
+      if (read_once (pc, s, p, again))
         drop_behind (pc, s);
       ret = RC_ACCESS_COPIED;
       break;

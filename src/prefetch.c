@@ -272,21 +272,49 @@ rc_bounce_free_all (struct rc_cache *c)
   }
 }
 
+/* A client's own sync read starts and ends: async jobs wait for it. */
+static void
+sync_read_start (struct rc_cache *c)
+{
+  atomic_fetch_add (&c->sync_reading, 1);
+}
+
+static void
+sync_read_end (struct rc_cache *c)
+{
+  if (atomic_fetch_sub (&c->sync_reading, 1) == 1 &&
+      atomic_load (&c->queued_async) > 0) {
+    ACQUIRE_LOCK (&c->qlock);
+    RELEASE_LOCK (&c->qlock);
+    pthread_cond_broadcast (&c->qcond);
+  }
+}
+
 int
 rc_backend_read_pages (struct rc_cache *c, void *ctx, ra_pgoff start,
                        ra_pgoff count, int *err)
 {
+  int r;
+
+  sync_read_start (c);
   inflight_add (c);
-  return read_pages (c, ctx, start, count, NULL, err);
+  r = read_pages (c, ctx, start, count, NULL, err);
+  sync_read_end (c);
+  return r;
 }
 
 int
 rc_backend_read_pages_to (struct rc_cache *c, void *ctx, ra_pgoff start,
                           ra_pgoff count, char *dst, int *err)
 {
+  int r;
+
   STAT_ADD (&c->stats, backend_reads_in_place, 1);
+  sync_read_start (c);
   inflight_add (c);
-  return read_pages_used (c, ctx, start, count, dst, true, err);
+  r = read_pages_used (c, ctx, start, count, dst, true, err);
+  sync_read_end (c);
+  return r;
 }
 
 void
@@ -360,6 +388,8 @@ dequeue (struct rc_cache *c, bool all)
       c->sync_tail = &c->sync_head;
   }
   else if ((j = c->async_head) != NULL) {
+    if (!all && atomic_load (&c->sync_reading) > 0)
+      return NULL;              /* a client waits: speculation waits */
     if (!all && c->cfg.congestion == RC_CONGESTION_WAIT &&
         atomic_load (&c->executing) >= c->cfg.congestion_threshold) {
       if (!j->delayed) {

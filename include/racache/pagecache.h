@@ -154,6 +154,16 @@ enum rc_access rc_pc_access (struct rc_pagecache *pc, ra_pgoff index,
                              void (*before_wait) (void *arg, ra_pgoff index),
                              void *arg, bool *waited, bool *waited_ahead);
 
+/* The fast path of many hits: copy whole pages index, index + 1, ... (at
+ * most n, within one group of pages, so under one shard lock) into dst
+ * while they are up to date and carry no marker; the page again_index
+ * is read on, not again (see rc_pc_access).  Returns how many pages
+ * were copied; the caller takes the page that stopped it (absent, in
+ * flight, marker) through rc_pc_access.
+ */
+unsigned rc_pc_copy_run (struct rc_pagecache *pc, ra_pgoff index, unsigned n,
+                         void *dst, ra_pgoff again_index);
+
 /* A write, trim or zero to bytes [offset, offset + count) reached the
  * backend (or failed there).  Cached pages it touches are dropped; pages
  * in flight are marked stale so their read does not install old data.
