@@ -119,6 +119,170 @@ rc_stats_write_json (struct rc_cache *c, FILE *fp)
   return ferror (fp) ? -1 : 0;
 }
 
+/* Prometheus text format.  Written next to rc_stats_write_json, key by
+ * key in the same order and with the same precision, so that each value
+ * equals the JSON's (tests/test-stats-formats.sh checks it): a key added
+ * to one must be added to the other.
+ */
+static void
+prom_head (FILE *fp, const char *name, const char *suffix, const char *type,
+           const char *help)
+{
+  fprintf (fp, "# HELP ra_cache_%s%s %s\n", name, suffix, help);
+  fprintf (fp, "# TYPE ra_cache_%s%s %s\n", name, suffix, type);
+}
+
+static void
+prom_counter (FILE *fp, const char *name, const char *help, uint64_t v)
+{
+  prom_head (fp, name, "_total", "counter", help);
+  fprintf (fp, "ra_cache_%s_total %" PRIu64 "\n", name, v);
+}
+
+static void
+prom_gauge (FILE *fp, const char *name, const char *help, uint64_t v)
+{
+  prom_head (fp, name, "", "gauge", help);
+  fprintf (fp, "ra_cache_%s %" PRIu64 "\n", name, v);
+}
+
+static void
+prom_gauge_d (FILE *fp, const char *name, const char *help, int prec,
+              double v)
+{
+  prom_head (fp, name, "", "gauge", help);
+  fprintf (fp, "ra_cache_%s %.*f\n", name, prec, v);
+}
+
+int
+rc_stats_write_prometheus (struct rc_cache *c, FILE *fp)
+{
+  struct rc_stats *st = rc_cache_stats (c);
+  struct rc_pagecache *pcache = rc_cache_pagecache (c);
+  uint64_t psize = rc_pc_page_size (pcache);
+  struct rc_pc_counts pc;
+  double lat_ns, page_ns;
+  struct timespec now;
+  uint64_t hits = STAT_GET (st, page_hits), misses = STAT_GET (st, page_misses);
+  int b;
+
+  rc_pc_counts (pcache, &pc);
+  rc_cache_model (c, &lat_ns, &page_ns);
+  clock_gettime (CLOCK_MONOTONIC, &now);
+  prom_head (fp, "info", "", "gauge",
+             "ra-cache version, stats schema and readahead mode (always 1).");
+  fprintf (fp, "ra_cache_info{version=\"%s\",schema=\"%d\",ra_mode=\"%s\"} 1\n",
+           PACKAGE_VERSION, RC_STATS_SCHEMA,
+           rc_cache_config (c)->mode == RC_MODE_ADAPTIVE ? "adaptive" : "kernel");
+  prom_gauge_d (fp, "uptime_seconds", "Seconds since the cache started.", 1,
+                started.tv_sec == 0 ? 0.0
+                : (now.tv_sec - started.tv_sec)
+                  + (now.tv_nsec - started.tv_nsec) / 1e9);
+  prom_gauge (fp, "page_size", "Cache page size in bytes.", psize);
+  prom_gauge_d (fp, "hit_ratio", "page_hits / (page_hits + page_misses).", 4,
+                ratio (hits, hits + misses));
+  prom_gauge_d (fp, "backend_bytes_per_client_byte",
+                "backend_bytes / client_bytes.", 4,
+                ratio (STAT_GET (st, backend_bytes), STAT_GET (st, client_bytes)));
+  prom_gauge_d (fp, "readahead_wasted_ratio",
+                "ahead_wasted_pages / async_pages.", 4,
+                ratio (STAT_GET (st, ahead_wasted), STAT_GET (st, async_pages)));
+  prom_counter (fp, "client_reads", "Client read requests.",
+                STAT_GET (st, client_reads));
+  prom_counter (fp, "client_bytes", "Bytes returned to clients.",
+                STAT_GET (st, client_bytes));
+  prom_counter (fp, "page_hits", "Pages found cached or in flight.", hits);
+  prom_counter (fp, "page_misses", "Pages not cached when needed.", misses);
+  prom_counter (fp, "page_waits", "Pages a client found in flight and waited for.",
+                STAT_GET (st, page_waits));
+  prom_head (fp, "windows", "_total", "counter",
+             "Readahead windows by the branch that decided them.");
+  for (b = RA_A_INITIAL; b < RA_NR_BRANCHES; b++)
+    fprintf (fp, "ra_cache_windows_total{branch=\"%s\"} %" PRIu64 "\n",
+             ra_branch_name (b), STAT_GET (st, windows[b]));
+  prom_counter (fp, "sync_pages", "Pages read by sync parts.",
+                STAT_GET (st, sync_pages));
+  prom_counter (fp, "async_pages", "Pages read by async (readahead) parts.",
+                STAT_GET (st, async_pages));
+  prom_counter (fp, "ahead_used_pages", "Pages read ahead and later used.",
+                STAT_GET (st, ahead_used));
+  prom_counter (fp, "ahead_wasted_pages", "Pages read ahead, evicted unused.",
+                STAT_GET (st, ahead_wasted));
+  prom_counter (fp, "async_skipped", "Async parts skipped for congestion.",
+                STAT_GET (st, async_skipped));
+  prom_counter (fp, "async_skipped_pages", "Pages of the skipped async parts.",
+                STAT_GET (st, async_skipped_pages));
+  prom_counter (fp, "async_delayed", "Async reads held back for congestion.",
+                STAT_GET (st, async_delayed));
+  prom_counter (fp, "async_promoted", "Queued async reads a client then needed.",
+                STAT_GET (st, async_promoted));
+  prom_gauge (fp, "inflight_now", "Backend reads in flight now.",
+              rc_cache_inflight (c));
+  prom_gauge (fp, "inflight_high_water", "Most backend reads in flight at once.",
+              STAT_GET (st, inflight_hwm));
+  prom_counter (fp, "backend_reads", "Backend read requests.",
+                STAT_GET (st, backend_reads));
+  prom_counter (fp, "backend_bytes", "Bytes read from the backend.",
+                STAT_GET (st, backend_bytes));
+  prom_counter (fp, "backend_errors", "Backend reads that failed.",
+                STAT_GET (st, backend_errors));
+  prom_counter (fp, "backend_reads_in_place",
+                "Backend reads straight into pages or a client's buffer.",
+                STAT_GET (st, backend_reads_in_place));
+  prom_counter (fp, "direct_reads", "Reads served around a full cache.",
+                STAT_GET (st, direct_reads));
+  prom_counter (fp, "evictions", "Pages evicted to make room.",
+                STAT_GET (st, evictions));
+  prom_counter (fp, "invalidated_pages", "Pages dropped or marked stale by writes.",
+                STAT_GET (st, invalidated_pages));
+  prom_gauge (fp, "cache_bytes", "Bytes of page data in the cache now.",
+              STAT_GET (st, cache_bytes));
+  prom_gauge (fp, "backend_connections", "Background backend connections open.",
+              rc_cache_connections (c));
+  prom_counter (fp, "backend_connection_opens",
+                "Background backend connections opened.",
+                STAT_GET (st, conn_opens));
+  prom_counter (fp, "backend_connection_failures",
+                "Background backend connection opens that failed.",
+                STAT_GET (st, conn_open_failures));
+  prom_counter (fp, "backend_connections_lost",
+                "Open background backend connections that broke.",
+                STAT_GET (st, conn_lost));
+  prom_counter (fp, "backend_reconnects",
+                "Opens that replaced a broken background connection.",
+                STAT_GET (st, conn_reconnects));
+  prom_counter (fp, "backend_connections_late",
+                "Background connection opens that completed too late.",
+                STAT_GET (st, conn_late));
+  prom_gauge (fp, "cache_pages", "Pages in the cache.", pc.pages);
+  prom_gauge (fp, "cache_pages_inflight", "Cache pages being read.", pc.inflight);
+  prom_gauge (fp, "cache_pages_unused", "Cache pages read ahead, not yet used.",
+              pc.unused);
+  prom_gauge (fp, "cache_capacity_pages", "Most pages the cache holds.",
+              pc.capacity);
+  prom_gauge (fp, "cache_memory_bytes", "Memory held for page data.",
+              pc.memory * psize);
+  prom_gauge (fp, "markers_now", "Readahead trigger markers set now.",
+              rc_pc_markers (pcache));
+  prom_counter (fp, "adapt_late", "Reads that waited for a page read ahead.",
+                STAT_GET (st, adapt_late));
+  prom_counter (fp, "adapt_early_triggers",
+                "Async triggers taken early after a late read.",
+                STAT_GET (st, adapt_early));
+  prom_counter (fp, "adapt_waste_events",
+                "Decisions told of pages evicted unused.",
+                STAT_GET (st, adapt_waste));
+  prom_gauge (fp, "adapt_last_cap_bytes", "The cap of the last adaptive decision.",
+              STAT_GET (st, adapt_cap_pages) * psize);
+  prom_gauge_d (fp, "backend_latency_us",
+                "Modelled backend latency per read, microseconds.", 1,
+                lat_ns / 1000);
+  prom_gauge_d (fp, "backend_page_us",
+                "Modelled backend transfer time per page, microseconds.", 3,
+                page_ns / 1000);
+  return ferror (fp) ? -1 : 0;
+}
+
 char *
 rc_stats_summary (struct rc_cache *c)
 {
