@@ -200,6 +200,34 @@ read -r cmb bmb hit ahead wasted skipped infl mem < <(tail -n 1 <<<"$rows")
 [ "$(timeout 30 "$STAT" "$S" | wc -l)" -eq 3 ] ||
   fail "ra-cache-stat SOCKET: not one row"
 
+# A server that answers without reading the request (an older ra-cache,
+# or one with many clients waiting): no SIGPIPE, no ECONNRESET failure.
+timeout 10 python3 - "$S" > "$tmpdir/doc.json" <<'PY'
+import socket, sys
+s = socket.socket (socket.AF_UNIX); s.settimeout (10); s.connect (sys.argv[1])
+d = b""
+while True:
+    b = s.recv (65536)
+    if not b: break
+    d += b
+sys.stdout.write (d.decode ())
+PY
+timeout 30 python3 - "$tmpdir/old.sock" "$tmpdir/doc.json" <<'PY' &
+import socket, sys, time
+doc = open (sys.argv[2], "rb").read ()
+l = socket.socket (socket.AF_UNIX); l.bind (sys.argv[1]); l.listen (8)
+for i in range (3):
+    c, _ = l.accept ()
+    time.sleep (0.05)     # the request has arrived, unread
+    c.sendall (doc); c.close ()
+PY
+oldpid=$!
+for ((i = 0; i < 100; i++)); do [ -S "$tmpdir/old.sock" ] && break; sleep 0.1; done
+out=$(timeout 30 "$STAT" "$tmpdir/old.sock" 0.1 3) ||
+  fail "ra-cache-stat against a server that does not read failed"
+[ "$(wc -l <<<"$out")" -eq 5 ] || fail "ra-cache-stat vs a non-reading server: $out"
+wait "$oldpid" || fail "the fake server failed"
+
 # Errors: exit 1 and a clear message.
 expect_error ()
 {
