@@ -2,6 +2,13 @@
  * connections on a Unix socket and writes the current counters to each
  * as one JSON document, then closes it; a timer logs a one-line summary.
  * The read path never waits for this thread: counters are atomics.
+ *
+ * Formats: a client may send one request line first.  "prometheus"
+ * gets the Prometheus text format, "json" (or any other line, or
+ * end-of-file) the JSON document at once; a client that sends nothing
+ * (every reader written before the request existed) gets the JSON after
+ * RC_STATS_REQUEST_WAIT seconds.  The wait is a libev timer per
+ * connection, so that waiting clients never hold up the loop.
  */
 
 #include <config.h>
@@ -22,6 +29,24 @@
 
 #include "racache/stats-server.h"
 
+/* How long a connection may take to send its request line. */
+#define RC_STATS_REQUEST_WAIT 0.1
+/* Connections waiting for one at once; more get the JSON at once. */
+#define RC_STATS_MAX_PENDING 64
+
+struct rc_stats_server;
+
+/* A connection waiting for its request line. */
+struct stats_conn {
+  ev_io io;
+  ev_timer timer;
+  struct rc_stats_server *s;
+  struct stats_conn *prev, *next;
+  int fd;
+  size_t n;
+  char buf[32];
+};
+
 struct rc_stats_server {
   struct rc_cache *c;
   struct ev_loop *loop;
@@ -34,14 +59,99 @@ struct rc_stats_server {
   char *stats_file;             /* rewritten by the timer, or NULL */
   void (*log) (const char *line);
   pthread_t thread;
+  struct stats_conn *pending;   /* connections waiting for a request */
+  unsigned nr_pending;
 };
+
+/* Write the document in the format asked for (prometheus != 0) to fd
+ * and close it.  fd is blocking with a send timeout.
+ */
+static void
+serve (struct rc_stats_server *s, int fd, int prometheus)
+{
+  FILE *fp = fdopen (fd, "w");
+
+  if (!fp) {
+    close (fd);
+    return;
+  }
+  if (prometheus)
+    rc_stats_write_prometheus (s->c, fp);
+  else
+    rc_stats_write_json (s->c, fp);
+  fclose (fp);
+}
+
+static void
+conn_unlink (struct stats_conn *k)
+{
+  struct rc_stats_server *s = k->s;
+
+  if (k->prev)
+    k->prev->next = k->next;
+  else
+    s->pending = k->next;
+  if (k->next)
+    k->next->prev = k->prev;
+  s->nr_pending--;
+}
+
+/* The request is complete (a line, end-of-file, a full buffer or the
+ * timer): answer it.
+ */
+static void
+conn_finish (struct ev_loop *loop, struct stats_conn *k)
+{
+  size_t n = k->n;
+  int prometheus;
+
+  ev_io_stop (loop, &k->io);
+  ev_timer_stop (loop, &k->timer);
+  conn_unlink (k);
+  k->buf[n] = '\0';
+  n = strcspn (k->buf, "\r\n");
+  while (n > 0 && (k->buf[n-1] == ' ' || k->buf[n-1] == '\t'))
+    n--;
+  prometheus = n == strlen ("prometheus") &&
+    strncmp (k->buf, "prometheus", n) == 0;
+  serve (k->s, k->fd, prometheus);
+  free (k);
+}
+
+static void
+on_conn_read (struct ev_loop *loop, ev_io *w, int revents)
+{
+  struct stats_conn *k = w->data;
+  ssize_t r;
+
+  r = recv (k->fd, k->buf + k->n, sizeof k->buf - 1 - k->n, MSG_DONTWAIT);
+  if (r == -1 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+    return;
+  if (r == -1) {                /* the client went away */
+    ev_io_stop (loop, &k->io);
+    ev_timer_stop (loop, &k->timer);
+    conn_unlink (k);
+    close (k->fd);
+    free (k);
+    return;
+  }
+  k->n += r;
+  if (r == 0 || memchr (k->buf, '\n', k->n) || k->n == sizeof k->buf - 1)
+    conn_finish (loop, k);
+}
+
+static void
+on_conn_timer (struct ev_loop *loop, ev_timer *w, int revents)
+{
+  conn_finish (loop, w->data);
+}
 
 static void
 on_accept (struct ev_loop *loop, ev_io *w, int revents)
 {
   struct rc_stats_server *s = w->data;
   struct timeval tv = { .tv_sec = 1 };
-  FILE *fp;
+  struct stats_conn *k;
   int fd;
 
   fd = accept4 (s->fd, NULL, NULL, SOCK_CLOEXEC);
@@ -63,13 +173,24 @@ on_accept (struct ev_loop *loop, ev_io *w, int revents)
   }
   /* A client that does not read must not stall the loop for long. */
   setsockopt (fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  fp = fdopen (fd, "w");
-  if (!fp) {
-    close (fd);
+  k = s->nr_pending < RC_STATS_MAX_PENDING ? calloc (1, sizeof *k) : NULL;
+  if (!k) {
+    serve (s, fd, 0);
     return;
   }
-  rc_stats_write_json (s->c, fp);
-  fclose (fp);
+  k->s = s;
+  k->fd = fd;
+  k->next = s->pending;
+  if (k->next)
+    k->next->prev = k;
+  s->pending = k;
+  s->nr_pending++;
+  ev_io_init (&k->io, on_conn_read, fd, EV_READ);
+  k->io.data = k;
+  ev_io_start (loop, &k->io);
+  ev_timer_init (&k->timer, on_conn_timer, RC_STATS_REQUEST_WAIT, 0);
+  k->timer.data = k;
+  ev_timer_start (loop, &k->timer);
 }
 
 static void
@@ -294,6 +415,14 @@ rc_stats_server_stop (struct rc_stats_server *s)
     return;
   ev_async_send (s->loop, &s->stop_w);
   pthread_join (s->thread, NULL);
+  /* The loop has stopped: connections still waiting are just closed. */
+  while (s->pending) {
+    struct stats_conn *k = s->pending;
+
+    s->pending = k->next;
+    close (k->fd);
+    free (k);
+  }
   if (s->fd >= 0) {
     close (s->fd);
     unlink (s->path);

@@ -19,6 +19,14 @@ void rc_stats_mark_start (void);
 /* Write the current counters of c as one JSON document (and a newline). */
 int rc_stats_write_json (struct rc_cache *c, FILE *fp);
 
+/* The same figures in the Prometheus text exposition format (0.0.4),
+ * from the same list (RC_STATS_ITEMS in src/stats.c):
+ * JSON key K is metric ra_cache_K_total when it is a counter, ra_cache_K
+ * when it is a gauge; "windows" is ra_cache_windows_total{branch="X"};
+ * version, schema and ra_mode are the labels of ra_cache_info (value 1).
+ */
+int rc_stats_write_prometheus (struct rc_cache *c, FILE *fp);
+
 /* The counters as one line of text, for logs (malloc'd). */
 char *rc_stats_summary (struct rc_cache *c);
 
