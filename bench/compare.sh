@@ -372,37 +372,33 @@ echo "backend: nbdkit --filter=stats --filter=delay $BACKEND rdelay=$RDELAY (cei
 echo "ra-cache: $FILTER${RA_CACHE_ARGS:+ $RA_CACHE_ARGS}$([ "$have_filter" = no ] && echo ' (NOT BUILT)')"
 echo "cells: MB/s (backend bytes / client bytes), the median of $REPEAT run(s) on fresh servers each"
 echo
-hdr="| workload |"; sep="|---|"
-for c in $CONFIGS; do hdr+=" $c |"; sep+="---:|"; done
-for c in "${ratio_cols[@]}"; do hdr+=" ra-cache / $c |"; sep+="---:|"; done
-echo "$hdr"; echo "$sep"
-for w in $WORKLOADS; do
-  row="| ${wl_label[$w]} |"
-  for c in $CONFIGS; do row+=" ${cell[$c,$w]:-n/a} |"; done
-  for c in "${ratio_cols[@]}"; do
-    r=$(bench_ratio "${mbps_raw[ra-cache,$w]:-}" "${mbps_raw[$c,$w]:-}" 2)
-    [ "$r" = n/a ] || r="${r}x"
-    row+=" $r |"
+# print_table CELLS RAW: one table, a row per workload and a column per
+# configuration from the associative array named CELLS, then the ratios
+# of ra-cache to each of ratio_cols from the raw figures in RAW.
+print_table ()
+{
+  local -n cells_=$1 raw_=$2
+  local hdr="| workload |" sep="|---|" row w c r
+  for c in $CONFIGS; do hdr+=" $c |"; sep+="---:|"; done
+  for c in "${ratio_cols[@]}"; do hdr+=" ra-cache / $c |"; sep+="---:|"; done
+  echo "$hdr"; echo "$sep"
+  for w in $WORKLOADS; do
+    row="| ${wl_label[$w]} |"
+    for c in $CONFIGS; do row+=" ${cells_[$c,$w]:-n/a} |"; done
+    for c in "${ratio_cols[@]}"; do
+      r=$(bench_ratio "${raw_[ra-cache,$w]:-}" "${raw_[$c,$w]:-}" 2)
+      [ "$r" = n/a ] || r="${r}x"
+      row+=" $r |"
+    done
+    echo "$row"
   done
-  echo "$row"
-done
+}
+
+print_table cell mbps_raw
 echo
 echo "front server cost: CPU s per GiB read by the client (the front nbdkit's CPU s, user + system; its minor page faults), from the front's own rusage (GNU time), in the same median runs"
 echo
-hdr="| workload |"; sep="|---|"
-for c in $CONFIGS; do hdr+=" $c |"; sep+="---:|"; done
-for c in "${ratio_cols[@]}"; do hdr+=" ra-cache / $c |"; sep+="---:|"; done
-echo "$hdr"; echo "$sep"
-for w in $WORKLOADS; do
-  row="| ${wl_label[$w]} |"
-  for c in $CONFIGS; do row+=" ${cost[$c,$w]:-n/a} |"; done
-  for c in "${ratio_cols[@]}"; do
-    r=$(bench_ratio "${perg_raw[ra-cache,$w]:-}" "${perg_raw[$c,$w]:-}" 2)
-    [ "$r" = n/a ] || r="${r}x"
-    row+=" $r |"
-  done
-  echo "$row"
-done
+print_table cost perg_raw
 echo
 echo "total time: $((SECONDS - t_all)) s"
 exit "$failed"

@@ -79,19 +79,27 @@ server_pid ()
 # server that hangs at shutdown (reported, then killed) or crashes (any
 # exit status but 0 or 143, which is nbdkit's after a clean shutdown on
 # SIGTERM) fails the test.
+# terminate PID: SIGTERM, then wait up to 30 s for the process to go;
+# if it has not, SIGKILL it and return 1.
+terminate ()
+{
+  local pid=$1 i
+  kill -TERM "$pid" 2>/dev/null || return 0
+  for ((i = 0; i < 300; i++)); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  kill -KILL "$pid" 2>/dev/null || true
+  return 1
+}
+
 stop_server ()
 {
-  local name=$1 pid i status=0
+  local name=$1 pid status=0
   [ -f "$tmpdir/$name.bgpid" ] || return 0
   pid=$(server_pid "$name")
   rm -f "$tmpdir/$name.bgpid"
-  kill -TERM "$pid" 2>/dev/null || true
-  for ((i = 0; i < 300; i++)); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    kill -KILL "$pid" 2>/dev/null || true
+  if ! terminate "$pid"; then
     wait "$pid" 2>/dev/null || true
     echo "$test_name: FAIL: server $name (pid $pid) did not exit" \
          "within 30 s of SIGTERM" >&2
@@ -200,15 +208,17 @@ ra_stat ()
 
 # The JSON counters of a front (ra-cache-stats=FILE or the
 # ra-cache-stats-socket): stats_json socket PATH KEY... or stats_json file
-# PATH KEY... prints the values of the KEYs, space separated.
+# PATH KEY... prints the values of the KEYs, space separated.  A socket
+# gets STATS_WAIT seconds (default 10) to answer.
 stats_json ()
 {
-  timeout 15 python3 - "$@" <<'EOF'
+  local wait=${STATS_WAIT:-10}
+  timeout $((wait + 5)) python3 - "$wait" "$@" <<'EOF'
 import json, socket, sys
-kind, path, keys = sys.argv[1], sys.argv[2], sys.argv[3:]
+wait, kind, path, keys = float (sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
 if kind == "socket":
     s = socket.socket (socket.AF_UNIX)
-    s.settimeout (10)
+    s.settimeout (wait)
     s.connect (path)
     data = b""
     while True:

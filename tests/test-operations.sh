@@ -44,21 +44,15 @@ daemon_fails bad-socket 'ra-cache-stats-socket: .*/missing-dir/s\.sock' \
 daemons=()
 stop_daemons ()
 {
-  local name pid i
+  local name pid
   for name in "${daemons[@]}"; do
     [ -s "$tmpdir/$name.pid" ] || continue
     pid=$(cat "$tmpdir/$name.pid")
     rm -f "$tmpdir/$name.pid"
-    kill -TERM "$pid" 2>/dev/null || continue
-    for ((i = 0; i < 300; i++)); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    if kill -0 "$pid" 2>/dev/null; then
-      kill -KILL "$pid" 2>/dev/null
+    terminate "$pid" || {
       echo "$test_name: FAIL: daemon $name did not exit on SIGTERM" >&2
       return 1
-    fi
+    }
   done
 }
 trap 'st=$?; stop_daemons || st=1; (exit $st); cleanup' EXIT
@@ -86,16 +80,10 @@ start_daemon ()
 # stop_daemon NAME: SIGTERM, and wait until it has gone.
 stop_daemon ()
 {
-  local name=$1 pid i
+  local name=$1 pid
   pid=$(cat "$tmpdir/$name.pid")
   rm -f "$tmpdir/$name.pid"
-  kill -TERM "$pid"
-  for ((i = 0; i < 300; i++)); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.1
-  done
-  kill -KILL "$pid"
-  fail "daemon $name did not exit within 30 s of SIGTERM"
+  terminate "$pid" || fail "daemon $name did not exit within 30 s of SIGTERM"
 }
 
 # A good socket is bound before the fork and served after it.
@@ -206,18 +194,7 @@ elif command -v prlimit >/dev/null 2>&1; then
   prlimit --pid "$pid" --nofile="$low:$hard"
   # A client waits (up to 20 s) for its document while nbdkit has no
   # descriptor to accept it with.
-  timeout 30 python3 -c '
-import json, socket, sys
-s = socket.socket (socket.AF_UNIX)
-s.settimeout (20)
-s.connect (sys.argv[1])
-data = b""
-while True:
-    b = s.recv (65536)
-    if not b:
-        break
-    data += b
-print (json.loads (data)["page_hits"])' "$tmpdir/d7-stats.sock" \
+  STATS_WAIT=20 stats_json socket "$tmpdir/d7-stats.sock" page_hits \
     > "$tmpdir/d7.client" 2>&1 &
   client=$!
   sleep 0.5
