@@ -504,7 +504,7 @@ evict_one (struct rc_pagecache *pc, struct shard *s)
             2 * (s->tick - unused->stamp) >= s->tick - active->stamp)) {
     victim = unused;
     if (unused->flags & PF_AHEAD) {
-      STAT_ADD (pc->stats, ahead_wasted, 1);
+      STAT_ADD (pc->stats, ahead_wasted_pages, 1);
       if (unused->owner)
         atomic_fetch_add_explicit (&pc->wasted[unused->owner], 1,
                                    memory_order_relaxed);
@@ -831,7 +831,7 @@ read_once (struct rc_pagecache *pc, struct shard *s, struct page *p,
 
   if (p->flags & PF_UNUSED) {
     if (p->flags & PF_AHEAD)
-      STAT_ADD (pc->stats, ahead_used, 1);
+      STAT_ADD (pc->stats, ahead_used_pages, 1);
     to = (p->flags & PF_KEEP) ? L_ACTIVE : L_INACTIVE;
     p->flags &= ~(PF_UNUSED | PF_AHEAD | PF_KEEP);
   }

@@ -107,7 +107,7 @@ inflight_add (struct rc_cache *c)
 {
   unsigned n = atomic_fetch_add (&c->executing, 1) + 1;
 
-  stat_max (&c->stats.inflight_hwm, n);
+  stat_max (&c->stats.inflight_high_water, n);
 }
 
 /* A backend read finished: with ra-congestion=wait, a held-back async
@@ -640,7 +640,7 @@ conn_broken (struct rc_cache *c, struct rc_conn *conn, int err)
   conn->state = RC_CONN_BROKEN;
   set_nopen (p, p->nopen - 1);
   p->broken++;
-  STAT_ADD (&c->stats, conn_lost, 1);
+  STAT_ADD (&c->stats, backend_connections_lost, 1);
   if (!p->outage_logged) {
     p->outage_logged = true;
     pool_log (c, true, "ra-cache: a background backend connection failed "
@@ -833,7 +833,7 @@ connector_main (void *arg)
       if (backoff > RC_BACKOFF_MAX_NS)
         backoff = RC_BACKOFF_MAX_NS;
       p->next_try_ns = mono_ns () + backoff;
-      STAT_ADD (&c->stats, conn_open_failures, 1);
+      STAT_ADD (&c->stats, backend_connection_failures, 1);
       if (!p->outage_logged) {
         p->outage_logged = true;
         pool_log (c, true, "ra-cache: cannot open a background backend "
@@ -849,7 +849,7 @@ connector_main (void *arg)
        * no more than were open at once before.
        */
       p->limit = p->max_open;
-      STAT_ADD (&c->stats, conn_late, 1);
+      STAT_ADD (&c->stats, backend_connections_late, 1);
       pool_log (c, false, "ra-cache: a background backend connection "
                 "opened only when the last client left: keeping at most "
                 "%u", p->limit);
@@ -860,7 +860,7 @@ connector_main (void *arg)
          * only what was open before, and give the slot back at once to
          * whoever waits behind it.
          */
-        STAT_ADD (&c->stats, conn_late, 1);
+        STAT_ADD (&c->stats, backend_connections_late, 1);
         p->limit = busy;
         pool_log (c, true, "ra-cache: a background backend connection "
                   "opened only after %.1f s (the server limits "
@@ -877,10 +877,10 @@ connector_main (void *arg)
     if (p->nopen > p->max_open)
       p->max_open = p->nopen;
     p->failures = 0;
-    STAT_ADD (&c->stats, conn_opens, 1);
+    STAT_ADD (&c->stats, backend_connection_opens, 1);
     if (p->broken > 0) {
       p->broken--;
-      STAT_ADD (&c->stats, conn_reconnects, 1);
+      STAT_ADD (&c->stats, backend_reconnects, 1);
       if (p->outage_logged)
         pool_log (c, false, "ra-cache: background backend connection "
                   "reopened");

@@ -9,8 +9,8 @@
 #
 # Servers listen on Unix sockets only: $tmpdir/NAME.sock.  Each runs in
 # the foreground (nbdkit -f) as a child of the test, so that the test can
-# stop it with SIGTERM and wait for it: ra-cache logs its stats line
-# ("ra-cache stats: ...") at exit when nbdkit runs with -v.
+# stop it with SIGTERM and wait for it: ra-cache writes its counters
+# (ra-cache-stats=FILE, read with ra_stat) at exit.
 #
 # top_srcdir, top_builddir, NBDKIT and PATH (with /usr/bin first, for
 # nbdsh's python3) come from AM_TESTS_ENVIRONMENT; running a test by hand
@@ -183,33 +183,32 @@ uri ()
 
 # start_front NAME BACKEND-NAME [RA-CACHE-PARAMETERS...]
 # A ra-cache front reading server BACKEND-NAME through the nbd plugin,
-# with -v so that the stats line is logged at exit.
+# with -v (its log has the counters at exit) and, unless the parameters
+# name another, ra-cache-stats=$(stats_file NAME): ra_stat reads the
+# counters from there once the server has stopped.
 start_front ()
 {
-  local name=$1 back=$2; shift 2
-  start_server "$name" -v --filter="$FILTER" nbd socket="$(sock "$back")" "$@"
+  local name=$1 back=$2 a stats=ra-cache-stats=$tmpdir/$1.json; shift 2
+  for a in "$@"; do
+    case $a in ra-cache-stats=*) stats= ;; esac
+  done
+  start_server "$name" -v --filter="$FILTER" nbd socket="$(sock "$back")" \
+    "$@" ${stats:+"$stats"}
 }
 
-# stats NAME: the "ra-cache stats:" line of a stopped server's log.
-stats ()
+# stats_file NAME: where the counters of server NAME go at exit, for a
+# front started with start_server (pass ra-cache-stats="$(stats_file NAME)").
+stats_file ()
 {
-  grep -o 'ra-cache stats: .*' "$tmpdir/$1.log" | tail -n 1
-}
-
-# ra_stat NAME KEY: one number from that line, e.g. ra_stat front errors.
-# KEY is the text before "=" (several words allowed: "backend reads").
-ra_stat ()
-{
-  local line
-  line=$(stats "$1")
-  [ -n "$line" ] || fail "server $1 logged no ra-cache stats line"
-  sed -n "s/.*[ :]$2=\([0-9]*\).*/\1/p" <<<"$line"
+  echo "$tmpdir/$1.json"
 }
 
 # The JSON counters of a front (ra-cache-stats=FILE or the
 # ra-cache-stats-socket): stats_json socket PATH KEY... or stats_json file
-# PATH KEY... prints the values of the KEYs, space separated.  A socket
-# gets STATS_WAIT seconds (default 10) to answer.
+# PATH KEY... prints the values of the KEYs, space separated.  A KEY is
+# a JSON key of the man page's STATS section; windows.A ... windows.G
+# are the windows by branch.  A socket gets STATS_WAIT seconds (default
+# 10) to answer.  This is the one reader of the counters in the tests.
 stats_json ()
 {
   local wait=${STATS_WAIT:-10}
@@ -229,8 +228,23 @@ if kind == "socket":
     d = json.loads (data)
 else:
     d = json.load (open (path))
-print (" ".join (str (d[k]) for k in keys))
+def get (k):
+    v = d
+    for part in k.split ("."):
+        v = v[part]
+    return str (v)
+print (" ".join (get (k) for k in keys))
 EOF
+}
+
+# ra_stat NAME KEY...: values from the counters server NAME wrote at exit
+# ($(stats_file NAME)), e.g. ra_stat front backend_errors.
+ra_stat ()
+{
+  local name=$1; shift
+  [ -s "$(stats_file "$name")" ] ||
+    fail "server $name wrote no counters to $(stats_file "$name")"
+  file_stat "$(stats_file "$name")" "$@"
 }
 
 # live_stat NAME KEY...: values from the stats socket of running front

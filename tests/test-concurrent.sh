@@ -195,9 +195,9 @@ info "seed $seed"
 run_py "$tmpdir/concurrent.py" URI="$(uri front)" BACK="$(uri back)" \
   SOURCE="$tmpdir/source" SEED="$seed"
 stop_server front
-for key in 'invalidated pages' evictions 'async pages'; do
+for key in invalidated_pages evictions async_pages; do
   [ "$(ra_stat front "$key")" -gt 0 ] ||
     fail "stats: $key is 0: the test did not exercise it"
 done
-[ "$(ra_stat front errors)" -eq 0 ] || fail "backend read errors"
-info "$(stats front)"
+[ "$(ra_stat front backend_errors)" -eq 0 ] || fail "backend read errors"
+info "counters: $(ra_stat front client_reads page_hits page_misses async_pages evictions invalidated_pages) (client_reads page_hits page_misses async_pages evictions invalidated_pages)"

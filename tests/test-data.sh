@@ -97,11 +97,11 @@ info "nbdcopy opened $((after - before)) connections"
 [ $((after - before)) -ge 4 ] || fail "nbdcopy did not open 4 connections"
 
 stop_server front
-[ "$(ra_stat front 'async pages')" -gt 0 ] ||
+[ "$(ra_stat front async_pages)" -gt 0 ] ||
   fail "nothing was read ahead: the test did not exercise prefetch"
 [ "$(ra_stat front evictions)" -gt 0 ] ||
   fail "nothing was evicted: the test did not exercise eviction"
-[ "$(ra_stat front errors)" -eq 0 ] || fail "backend read errors"
+[ "$(ra_stat front backend_errors)" -eq 0 ] || fail "backend read errors"
 stop_server back
 rm -f "$tmpdir/source"
 
@@ -167,4 +167,4 @@ cmp "$tmpdir/odd.direct" "$tmpdir/odd.raw" ||
   fail "qemu-img convert of the odd-sized export: through ra-cache and" \
        "from the backend directly differ"
 stop_server oddfront
-[ "$(ra_stat oddfront errors)" -eq 0 ] || fail "backend read errors"
+[ "$(ra_stat oddfront backend_errors)" -eq 0 ] || fail "backend read errors"

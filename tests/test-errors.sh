@@ -96,7 +96,8 @@ EOF
 
 # ---- 1. sync errors --------------------------------------------------------
 start_server front -v --filter="$FILTER" --filter=error file "$tmpdir/data" \
-  error-pread-rate=100% error-pread-file="$tmpdir/errors-on"
+  error-pread-rate=100% error-pread-file="$tmpdir/errors-on" \
+  ra-cache-stats="$(stats_file front)"
 touch "$tmpdir/errors-on"
 run_py "$tmpdir/client.py" URI="$(uri front)" SOURCE="$tmpdir/data" \
   MODE=sync-errors
@@ -104,7 +105,7 @@ rm "$tmpdir/errors-on"
 run_py "$tmpdir/client.py" URI="$(uri front)" SOURCE="$tmpdir/data" \
   MODE=after-errors
 stop_server front
-[ "$(ra_stat front errors)" -gt 0 ] || fail "no backend error was counted"
+[ "$(ra_stat front backend_errors)" -gt 0 ] || fail "no backend error was counted"
 info "sync errors: EIO while they lasted, right data after"
 
 # ---- 2. errors in async parts only -----------------------------------------
@@ -135,7 +136,8 @@ export T="$tmpdir" SIZE="$size"
 # -D ra-cache.verbose=1: should this fail, the log says which thread
 # made each backend read (a client's, or a worker's: no thread name).
 start_server front2 -v -D ra-cache.verbose=1 --filter="$FILTER" \
-  sh "$tmpdir/plugin.sh" ra-max=128K ra-io-max=64K
+  sh "$tmpdir/plugin.sh" ra-max=128K ra-io-max=64K \
+  ra-cache-stats="$(stats_file front2)"
 touch "$tmpdir/idle"
 run_py "$tmpdir/client.py" URI="$(uri front2)" SOURCE="$tmpdir/data" \
   MODE=stream IDLE="$tmpdir/idle" STREAM_BYTES=$((2 * 1024 * 1024))
@@ -145,7 +147,7 @@ rm "$tmpdir/idle"
 run_py "$tmpdir/client.py" URI="$(uri front2)" SOURCE="$tmpdir/data" \
   MODE=after-errors
 stop_server front2
-[ "$(ra_stat front2 errors)" -gt 0 ] || fail "no backend error was counted"
+[ "$(ra_stat front2 backend_errors)" -gt 0 ] || fail "no backend error was counted"
 info "async errors: $(wc -l < "$tmpdir/injected") async reads failed, no client read did"
 
 # ---- 3. random errors, two clients at once ---------------------------------

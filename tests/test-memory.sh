@@ -124,9 +124,7 @@ measure front
 front_hwm=$hwm front_rss=$rss_max
 
 bound=$((base_hwm + (3 * cache / 2 + 64 * 1024 * 1024) / 1024))
-cache_bytes=$(ra_stat front "cache bytes")
-evictions=$(ra_stat front evictions)
-backend_bytes=$(ra_stat front "backend reads=[0-9]* bytes")
+read -r cache_bytes evictions backend_bytes <<<"$(ra_stat front cache_bytes evictions backend_bytes)"
 
 info "read through each front: 512M sequential + 4000 random reads (4K..128K) of a 1G export"
 info "front without the filter:    VmHWM $((base_hwm / 1024)) MiB (sampled VmRSS max $((base_rss / 1024)) MiB)"

@@ -173,7 +173,8 @@ info "sequential reader: $(wc -l < "$tmpdir/actual") plugin reads for 64" \
 : > "$tmpdir/calls"
 : > "$tmpdir/intervals"
 start_server front2 -v --filter="$FILTER" sh "$tmpdir/plugin.sh" \
-  ra-cache-size=256K ra-max=128K ra-io-max=64K
+  ra-cache-size=256K ra-max=128K ra-io-max=64K \
+  ra-cache-stats="$(stats_file front2)"
 seed=${RA_CACHE_TEST_SEED:-$RANDOM}
 info "two clients at once (seed $seed)"
 run_py "$tmpdir/read.py" URI="$(uri front2)" SOURCE="$tmpdir/data" MODE=seq &
@@ -183,7 +184,7 @@ run_py "$tmpdir/read.py" URI="$(uri front2)" SOURCE="$tmpdir/data" \
 wait "$seq_pid" || fail "the sequential reader failed"
 run_py "$tmpdir/read.py" URI="$(uri front2)" SOURCE="$tmpdir/data" MODE=seq
 stop_server front2
-[ "$(ra_stat front2 'async pages')" -gt 0 ] || fail "nothing was read ahead"
+[ "$(ra_stat front2 async_pages)" -gt 0 ] || fail "nothing was read ahead"
 
 overlaps > "$tmpdir/overlaps"
 cat "$tmpdir/overlaps"

@@ -79,9 +79,9 @@ if ! diff -u "$tmpdir/seq.expected" "$tmpdir/seq.actual"; then
   fail "sequential reader: the backend reads differ from the spec's windows"
 fi
 # The windows by branch, as the filter counted them.
-[ "$(ra_stat front1 A)" -eq 1 ] || fail "expected one branch A window"
-[ "$(ra_stat front1 B)" -eq 9 ] || fail "expected 9 branch B windows"
-[ "$(ra_stat front1 G)" -eq 0 ] || fail "sequential reads counted as random"
+[ "$(ra_stat front1 windows.A)" -eq 1 ] || fail "expected one branch A window"
+[ "$(ra_stat front1 windows.B)" -eq 9 ] || fail "expected 9 branch B windows"
+[ "$(ra_stat front1 windows.G)" -eq 0 ] || fail "sequential reads counted as random"
 info "sequential reader: $(wc -l < "$tmpdir/seq.actual") backend reads, as the spec predicts"
 
 # ---- 2. random reader: exactly the requested pages ---------------------
@@ -138,6 +138,6 @@ backend_reads "$tmpdir/back2.reqlog" > "$tmpdir/random.actual"
 if ! diff -u "$tmpdir/random.expected" "$tmpdir/random.actual"; then
   fail "random reader: the backend read more than the requested pages"
 fi
-[ "$(ra_stat front2 G)" -eq 60 ] || fail "expected 60 branch G windows"
-[ "$(ra_stat front2 'async pages')" -eq 0 ] || fail "random reads read ahead"
+[ "$(ra_stat front2 windows.G)" -eq 60 ] || fail "expected 60 branch G windows"
+[ "$(ra_stat front2 async_pages)" -eq 0 ] || fail "random reads read ahead"
 info "random reader: 60 reads, only the requested pages reached the backend"

@@ -194,8 +194,8 @@ seed=${RA_CACHE_TEST_SEED:-$RANDOM}
 info "seed $seed"
 run_py "$tmpdir/writes.py" URI="$(uri front)" BACK="$(uri back)" SEED="$seed"
 stop_server front
-[ "$(ra_stat front 'invalidated pages')" -gt 0 ] ||
+[ "$(ra_stat front invalidated_pages)" -gt 0 ] ||
   fail "no cached page was invalidated: the test did not exercise it"
-[ "$(ra_stat front 'async pages')" -gt 0 ] ||
+[ "$(ra_stat front async_pages)" -gt 0 ] ||
   fail "nothing was read ahead: the test did not exercise prefetch"
-info "$(stats front)"
+info "counters: $(ra_stat front client_reads page_hits async_pages invalidated_pages) (client_reads page_hits async_pages invalidated_pages)"

@@ -20,14 +20,23 @@ void rc_stats_mark_start (void);
 int rc_stats_write_json (struct rc_cache *c, FILE *fp);
 
 /* The same figures in the Prometheus text exposition format (0.0.4),
- * from the same list (RC_STATS_ITEMS in src/stats.c):
+ * from the same list (RC_STATS_ITEMS in include/racache/stats.h):
  * JSON key K is metric ra_cache_K_total when it is a counter, ra_cache_K
  * when it is a gauge; "windows" is ra_cache_windows_total{branch="X"};
  * version, schema and ra_mode are the labels of ra_cache_info (value 1).
  */
 int rc_stats_write_prometheus (struct rc_cache *c, FILE *fp);
 
-/* The counters as one line of text, for logs (malloc'd). */
+/* The items of RC_STATS_ITEMS (include/racache/stats.h) as one line of
+ * text, PREFIXkey=value key=value ... under the JSON keys, for logs
+ * (malloc'd; NULL if out of memory).  flags: 0 for every item but the
+ * labels, RC_STATS_SUMMARY_ONLY for those marked SUMMARY.
+ */
+char *rc_stats_line (struct rc_cache *c, unsigned flags, const char *prefix);
+
+/* The summary line logged every ra-cache-stats-interval:
+ * rc_stats_line (c, RC_STATS_SUMMARY_ONLY, "ra-cache: ").
+ */
 char *rc_stats_summary (struct rc_cache *c);
 
 /* Write the JSON document to path (replaced atomically). */

@@ -1,50 +1,180 @@
 /* ra-cache: counters.  Updated with relaxed atomic operations so that the
  * read path never takes a lock for them.
+ *
+ * RC_STATS_ITEMS below is the one list of everything ra-cache reports: it
+ * declares the members of struct rc_stats, and src/stats.c writes the
+ * JSON document, the Prometheus text, the one-line summary, the filter's
+ * exit line and rc_stats_print's report from it, under the same name
+ * (the JSON key) everywhere.  Adding a counter: one line here (the JSON
+ * key, where the value comes from, a description), the place that
+ * increments it (STAT_ADD), and its =item in the man page's STATS section
+ * (plugins/ra-cache/nbdkit-ra-cache-filter.pod).
  */
 #ifndef RACACHE_STATS_H
 #define RACACHE_STATS_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdatomic.h>
 
 #include "racache/readahead.h"
 
+/* X (KIND, KEY, SOURCE, PREC, SUMMARY, HELP), in the JSON document's order
+ * (keys are only ever added within one schema, RC_STATS_SCHEMA).
+ *
+ * KIND     COUNTER (only grows: Prometheus ra_cache_KEY_total), GAUGE
+ *          (ra_cache_KEY) or LABEL (a string, or the schema number, in
+ *          JSON; a label of ra_cache_info in Prometheus; not in the text
+ *          lines).
+ * KEY      the JSON key, and the name in every other format.
+ * SOURCE   where the value comes from:
+ *          RC_FIELD (M)     member M of struct rc_stats, a count;
+ *          RC_PAGES (M)     member M, a count of pages, shown in bytes;
+ *          RC_BRANCHES (M)  member M[RA_NR_BRANCHES], one count per window
+ *                           branch (JSON: an object keyed by branch letter;
+ *                           text: KEY.A=...; Prometheus: {branch="A"});
+ *          RC_CALC (E)      computed from the counters and the page size
+ *                           (E may use ST (M), s->psize and ratio (A, B));
+ *          RC_CACHE (E)     needs the running cache (E may use s->c, s->pc,
+ *                           s->lat_ns, s->page_ns, s->uptime): not in
+ *                           rc_stats_print's report;
+ *          RC_NONE          a LABEL.
+ * PREC     -1: the value is an integer; else a double printed with PREC
+ *          decimals.
+ * SUMMARY  1: in the one-line summary logged every
+ *          ra-cache-stats-interval (rc_stats_summary), 0: not.
+ * HELP     one sentence (Prometheus's HELP); the man page says more.
+ *
+ * Members are named as their key, except three that src/cache.c updates
+ * under older names (adapt_early, adapt_waste, adapt_cap_pages).
+ */
+#define RC_STATS_ITEMS(X)                                               \
+  X (LABEL, version, RC_NONE, -1, 0, "")                                \
+  X (LABEL, schema, RC_NONE, -1, 0, "")                                 \
+  X (GAUGE, uptime_seconds, RC_CACHE (s->uptime), 1, 0,                 \
+     "Seconds since the cache started.")                                \
+  X (GAUGE, page_size, RC_CALC (s->psize), -1, 0,                       \
+     "Cache page size in bytes.")                                       \
+  X (GAUGE, hit_ratio,                                                  \
+     RC_CALC (ratio (ST (page_hits), ST (page_hits) + ST (page_misses))), \
+     4, 1, "page_hits / (page_hits + page_misses).")                    \
+  X (GAUGE, backend_bytes_per_client_byte,                              \
+     RC_CALC (ratio (ST (backend_bytes), ST (client_bytes))), 4, 1,     \
+     "backend_bytes / client_bytes.")                                   \
+  X (GAUGE, readahead_wasted_ratio,                                     \
+     RC_CALC (ratio (ST (ahead_wasted_pages), ST (async_pages))), 4, 0, \
+     "ahead_wasted_pages / async_pages.")                               \
+  X (LABEL, ra_mode, RC_NONE, -1, 0, "")                                \
+  X (COUNTER, client_reads, RC_FIELD (client_reads), -1, 1,             \
+     "Client read requests.")                                           \
+  X (COUNTER, client_bytes, RC_FIELD (client_bytes), -1, 1,             \
+     "Bytes returned to clients.")                                      \
+  X (COUNTER, page_hits, RC_FIELD (page_hits), -1, 0,                   \
+     "Pages found cached or in flight.")                                \
+  X (COUNTER, page_misses, RC_FIELD (page_misses), -1, 0,               \
+     "Pages not cached when needed.")                                   \
+  X (COUNTER, page_waits, RC_FIELD (page_waits), -1, 0,                 \
+     "Pages a client found in flight and waited for.")                  \
+  X (COUNTER, windows, RC_BRANCHES (windows), -1, 0,                    \
+     "Readahead windows by the branch that decided them.")              \
+  X (COUNTER, sync_pages, RC_FIELD (sync_pages), -1, 0,                 \
+     "Pages read by sync parts.")                                       \
+  X (COUNTER, async_pages, RC_FIELD (async_pages), -1, 1,               \
+     "Pages read by async (readahead) parts.")                          \
+  X (COUNTER, ahead_used_pages, RC_FIELD (ahead_used_pages), -1, 0,     \
+     "Pages read ahead and later used.")                                \
+  X (COUNTER, ahead_wasted_pages, RC_FIELD (ahead_wasted_pages), -1, 1, \
+     "Pages read ahead, evicted unused.")                               \
+  X (COUNTER, async_skipped, RC_FIELD (async_skipped), -1, 1,           \
+     "Async parts skipped for congestion.")                             \
+  X (COUNTER, async_skipped_pages, RC_FIELD (async_skipped_pages), -1, 0, \
+     "Pages of the skipped async parts.")                               \
+  X (COUNTER, async_delayed, RC_FIELD (async_delayed), -1, 1,           \
+     "Async reads held back for congestion.")                           \
+  X (COUNTER, async_promoted, RC_FIELD (async_promoted), -1, 0,         \
+     "Queued async reads a client then needed.")                        \
+  X (GAUGE, inflight_now, RC_CACHE (rc_cache_inflight (s->c)), -1, 1,   \
+     "Backend reads in flight now.")                                    \
+  X (GAUGE, inflight_high_water, RC_FIELD (inflight_high_water), -1, 1, \
+     "Most backend reads in flight at once.")                           \
+  X (COUNTER, backend_reads, RC_FIELD (backend_reads), -1, 1,           \
+     "Backend read requests.")                                          \
+  X (COUNTER, backend_bytes, RC_FIELD (backend_bytes), -1, 1,           \
+     "Bytes read from the backend.")                                    \
+  X (COUNTER, backend_errors, RC_FIELD (backend_errors), -1, 0,         \
+     "Backend reads that failed.")                                      \
+  X (COUNTER, backend_reads_in_place, RC_FIELD (backend_reads_in_place), \
+     -1, 0, "Backend reads straight into pages or a client's buffer.")  \
+  X (COUNTER, direct_reads, RC_FIELD (direct_reads), -1, 0,             \
+     "Reads served around a full cache.")                               \
+  X (COUNTER, evictions, RC_FIELD (evictions), -1, 0,                   \
+     "Pages evicted to make room.")                                     \
+  X (COUNTER, invalidated_pages, RC_FIELD (invalidated_pages), -1, 0,   \
+     "Pages dropped or marked stale by writes.")                        \
+  X (GAUGE, cache_bytes, RC_FIELD (cache_bytes), -1, 1,                 \
+     "Bytes of page data in the cache now.")                            \
+  X (GAUGE, backend_connections, RC_CACHE (rc_cache_connections (s->c)), \
+     -1, 0, "Background backend connections open.")                     \
+  X (COUNTER, backend_connection_opens,                                 \
+     RC_FIELD (backend_connection_opens), -1, 0,                        \
+     "Background backend connections opened.")                          \
+  X (COUNTER, backend_connection_failures,                              \
+     RC_FIELD (backend_connection_failures), -1, 0,                     \
+     "Background backend connection opens that failed.")                \
+  X (COUNTER, backend_connections_lost,                                 \
+     RC_FIELD (backend_connections_lost), -1, 0,                        \
+     "Open background backend connections that broke.")                 \
+  X (COUNTER, backend_reconnects, RC_FIELD (backend_reconnects), -1, 0, \
+     "Opens that replaced a broken background connection.")             \
+  X (COUNTER, backend_connections_late,                                 \
+     RC_FIELD (backend_connections_late), -1, 0,                        \
+     "Background connection opens that completed too late.")            \
+  X (GAUGE, cache_pages, RC_CACHE (s->pc.pages), -1, 0,                 \
+     "Pages in the cache.")                                             \
+  X (GAUGE, cache_pages_inflight, RC_CACHE (s->pc.inflight), -1, 0,     \
+     "Cache pages being read.")                                         \
+  X (GAUGE, cache_pages_unused, RC_CACHE (s->pc.unused), -1, 0,         \
+     "Cache pages read ahead, not yet used.")                           \
+  X (GAUGE, cache_capacity_pages, RC_CACHE (s->pc.capacity), -1, 0,     \
+     "Most pages the cache holds.")                                     \
+  X (GAUGE, cache_memory_bytes, RC_CACHE (s->pc.memory * s->psize), -1, 0, \
+     "Memory held for page data.")                                      \
+  X (GAUGE, markers_now,                                                \
+     RC_CACHE (rc_pc_markers (rc_cache_pagecache (s->c))), -1, 0,       \
+     "Readahead trigger markers set now.")                              \
+  X (COUNTER, adapt_late, RC_FIELD (adapt_late), -1, 0,                 \
+     "Reads that waited for a page read ahead.")                        \
+  X (COUNTER, adapt_early_triggers, RC_FIELD (adapt_early), -1, 0,      \
+     "Async triggers taken early after a late read.")                   \
+  X (COUNTER, adapt_waste_events, RC_FIELD (adapt_waste), -1, 0,        \
+     "Decisions told of pages evicted unused.")                         \
+  X (GAUGE, adapt_last_cap_bytes, RC_PAGES (adapt_cap_pages), -1, 0,    \
+     "The cap of the last adaptive decision, bytes.")                   \
+  X (GAUGE, backend_latency_us, RC_CACHE (s->lat_ns / 1000), 1, 0,      \
+     "Modelled backend latency per read, microseconds.")                \
+  X (GAUGE, backend_page_us, RC_CACHE (s->page_ns / 1000), 3, 0,        \
+     "Modelled backend transfer time per page, microseconds.")
+
+/* The counters: the members the table's RC_FIELD, RC_PAGES and
+ * RC_BRANCHES sources name.
+ */
+#define RC_NONE
+#define RC_FIELD(m) _Atomic uint64_t m;
+#define RC_PAGES(m) _Atomic uint64_t m;
+#define RC_BRANCHES(m) _Atomic uint64_t m[RA_NR_BRANCHES];
+#define RC_CALC(e)
+#define RC_CACHE(e)
+#define RC_STATS_MEMBER(KIND, KEY, SOURCE, PREC, SUMMARY, HELP) SOURCE
 struct rc_stats {
-  _Atomic uint64_t client_reads;      /* client read requests */
-  _Atomic uint64_t client_bytes;      /* bytes returned to clients */
-  _Atomic uint64_t page_hits;         /* pages found up to date or in flight */
-  _Atomic uint64_t page_misses;       /* pages not cached when needed (sync trigger) */
-  _Atomic uint64_t page_waits;        /* pages a client found in flight and waited for */
-  _Atomic uint64_t windows[RA_NR_BRANCHES]; /* windows by branch */
-  _Atomic uint64_t sync_pages;        /* sync part pages read */
-  _Atomic uint64_t async_pages;       /* async part pages read */
-  _Atomic uint64_t ahead_used;        /* pages read ahead and later used */
-  _Atomic uint64_t ahead_wasted;      /* pages read ahead, evicted unused */
-  _Atomic uint64_t async_skipped;     /* async parts skipped for congestion */
-  _Atomic uint64_t async_skipped_pages;
-  _Atomic uint64_t async_delayed;     /* async reads held back for congestion (wait) */
-  _Atomic uint64_t async_promoted;    /* queued async reads a client then needed */
-  _Atomic uint64_t inflight_hwm;      /* most backend reads in flight at once */
-  _Atomic uint64_t backend_reads;     /* backend read requests */
-  _Atomic uint64_t backend_bytes;     /* bytes read from the backend */
-  _Atomic uint64_t backend_errors;    /* backend reads that failed */
-  _Atomic uint64_t backend_reads_in_place; /* straight into pages or a client's buffer */
-  _Atomic uint64_t direct_reads;      /* reads served around a full cache */
-  _Atomic uint64_t evictions;         /* pages evicted to make room */
-  _Atomic uint64_t invalidated_pages; /* pages dropped or marked stale by writes */
-  _Atomic uint64_t cache_bytes;       /* bytes of page data in the cache now */
-  /* Background backend connections (src/prefetch.c). */
-  _Atomic uint64_t conn_opens;        /* opened (first time or again) */
-  _Atomic uint64_t conn_open_failures;/* opens that failed */
-  _Atomic uint64_t conn_lost;         /* open connections that broke */
-  _Atomic uint64_t conn_reconnects;   /* opens that replaced a broken one */
-  _Atomic uint64_t conn_late;         /* opens that completed too late: closed */
-  /* Adaptive mode. */
-  _Atomic uint64_t adapt_late;        /* reads that waited for a page read ahead */
-  _Atomic uint64_t adapt_early;       /* async triggers taken early after that */
-  _Atomic uint64_t adapt_waste;       /* decisions told of pages evicted unused */
-  _Atomic uint64_t adapt_cap_pages;   /* the cap of the last decision */
+  RC_STATS_ITEMS (RC_STATS_MEMBER)
 };
+#undef RC_STATS_MEMBER
+#undef RC_NONE
+#undef RC_FIELD
+#undef RC_PAGES
+#undef RC_BRANCHES
+#undef RC_CALC
+#undef RC_CACHE
 
 #define STAT_ADD(st, field, n) \
   atomic_fetch_add_explicit (&(st)->field, (n), memory_order_relaxed)
@@ -63,5 +193,24 @@ stat_max (_Atomic uint64_t *field, uint64_t v)
                                                  memory_order_relaxed))
     ;
 }
+
+/* How rc_stats_print writes the items (LABELs are left out of both). */
+enum rc_stats_style {
+  RC_STATS_LINE,      /* PREFIXkey=value key=value ... (no newline) */
+  RC_STATS_LIST,      /* PREFIXkey: value, one line per item */
+};
+
+/* rc_stats_print's flags. */
+#define RC_STATS_SUMMARY_ONLY 1u   /* only the items marked SUMMARY */
+
+/* Report the counters st (of a cache with pages of page_size bytes), for
+ * a program that keeps its own struct rc_stats (ra-trace): every item of
+ * RC_STATS_ITEMS but the LABELs and those that need a running cache
+ * (RC_CACHE), under the JSON keys; windows as windows.A ... windows.G.
+ * Returns 0, or -1 if writing to fp failed.
+ */
+int rc_stats_print (FILE *fp, const struct rc_stats *st, uint32_t page_size,
+                    enum rc_stats_style style, unsigned flags,
+                    const char *prefix);
 
 #endif /* RACACHE_STATS_H */

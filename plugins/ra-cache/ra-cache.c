@@ -605,39 +605,15 @@ ra_cache_after_fork (nbdkit_backend *backend)
   return 0;
 }
 
+/* At exit, with nbdkit -v: every counter, under the JSON keys. */
 static void
 log_stats (void)
 {
-  struct rc_stats *st = rc_cache_stats (cache);
-  char branches[256];
-  size_t off = 0;
-  int b;
+  char *line = rc_stats_line (cache, 0, "ra-cache stats: ");
 
-  for (b = RA_A_INITIAL; b < RA_NR_BRANCHES; b++)
-    off += snprintf (branches + off, sizeof branches - off, " %s=%" PRIu64,
-                     ra_branch_name (b), STAT_GET (st, windows[b]));
-  nbdkit_debug ("ra-cache stats: client reads=%" PRIu64 " bytes=%" PRIu64
-                " page hits=%" PRIu64 " misses=%" PRIu64
-                " windows:%s sync pages=%" PRIu64 " async pages=%" PRIu64
-                " read ahead used=%" PRIu64 " wasted=%" PRIu64
-                " async parts skipped=%" PRIu64 " (pages %" PRIu64 ")"
-                " in-flight high-water=%" PRIu64
-                " backend reads=%" PRIu64 " bytes=%" PRIu64
-                " errors=%" PRIu64 " direct reads=%" PRIu64
-                " evictions=%" PRIu64 " invalidated pages=%" PRIu64
-                " cache bytes=%" PRIu64,
-                STAT_GET (st, client_reads), STAT_GET (st, client_bytes),
-                STAT_GET (st, page_hits), STAT_GET (st, page_misses),
-                branches,
-                STAT_GET (st, sync_pages), STAT_GET (st, async_pages),
-                STAT_GET (st, ahead_used), STAT_GET (st, ahead_wasted),
-                STAT_GET (st, async_skipped),
-                STAT_GET (st, async_skipped_pages),
-                STAT_GET (st, inflight_hwm),
-                STAT_GET (st, backend_reads), STAT_GET (st, backend_bytes),
-                STAT_GET (st, backend_errors), STAT_GET (st, direct_reads),
-                STAT_GET (st, evictions), STAT_GET (st, invalidated_pages),
-                STAT_GET (st, cache_bytes));
+  if (line)
+    nbdkit_debug ("%s", line);
+  free (line);
 }
 
 static void

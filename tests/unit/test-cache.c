@@ -1438,7 +1438,7 @@ START_TEST (test_evict_order)
     ck_assert_uint_le (n.pages, 16);
     /* Eviction k - 7 took a page read once, 0..3 in order. */
     ck_assert_uint_eq (ST (c, evictions), k < 8 ? 0 : k - 7);
-    ck_assert_uint_eq (ST (c, ahead_wasted), 0);
+    ck_assert_uint_eq (ST (c, ahead_wasted_pages), 0);
   }
   for (p = 0; p < 4; p++)
     ck_assert_msg (!cached (c, p), "used page %" PRIu64 " kept", p);
@@ -1452,7 +1452,7 @@ START_TEST (test_evict_order)
     s = rc_stream_new ();
     RD_OK (c, s, &f, (200 + 3 * k) * P, P);
     rc_stream_free (s);
-    ck_assert_uint_eq (ST (c, ahead_wasted), k + 1);
+    ck_assert_uint_eq (ST (c, ahead_wasted_pages), k + 1);
   }
   for (p = 4; p < 8; p++)
     ck_assert (!cached (c, p));
@@ -1462,7 +1462,7 @@ START_TEST (test_evict_order)
   s = rc_stream_new ();
   RD_OK (c, s, &f, 300 * P, P);
   rc_stream_free (s);
-  ck_assert_uint_eq (ST (c, ahead_wasted), 4);
+  ck_assert_uint_eq (ST (c, ahead_wasted_pages), 4);
   ck_assert (!cached (c, 100));
   ck_assert (cached (c, 103));
   free_cache (c, &f);
@@ -1504,7 +1504,7 @@ START_TEST (test_drop_behind)
    */
   ck_assert_uint_gt (ST (c, backend_reads_in_place),
                      ST (c, backend_reads) * 3 / 4);
-  ck_assert_uint_eq (ST (c, ahead_wasted), 0);
+  ck_assert_uint_eq (ST (c, ahead_wasted_pages), 0);
   rc_stream_free (s);
 
   /* Data read again after drop-behind gave it back is kept (active):
@@ -1578,7 +1578,7 @@ START_TEST (test_evict_load)
   }
   ASSERT_IDLE (c);
   ck_assert_uint_le (counts (c).pages, 16);
-  ck_assert_uint_gt (ST (c, ahead_wasted), 0);
+  ck_assert_uint_gt (ST (c, ahead_wasted_pages), 0);
   rc_stream_free (s);
   rc_stream_free (s2);
   free_cache (c, &f);
@@ -1997,7 +1997,7 @@ START_TEST (test_open_fails)
   ck_assert (all_by_client (&f, 0));
   ck_assert_uint_eq (ST (c, async_pages), 0);
   ck_assert_uint_gt (ST (c, async_skipped), 0);
-  ck_assert_uint_gt (ST (c, conn_open_failures), 0);
+  ck_assert_uint_gt (ST (c, backend_connection_failures), 0);
   ck_assert_uint_eq (rc_cache_connections (c), 0);
 
   pthread_mutex_lock (&f.lock);
@@ -2077,13 +2077,13 @@ START_TEST (test_conn_lost)
   for (off = 0; off < 2 * MiB; off += 16 * KiB)
     RD_OK (c, s, &f, off, 16 * KiB);
   ASSERT_IDLE (c);
-  ck_assert_uint_gt (ST (c, conn_lost), 0);
+  ck_assert_uint_gt (ST (c, backend_connections_lost), 0);
   pthread_mutex_lock (&f.lock);
   f.fail_workers = false;
   pthread_mutex_unlock (&f.lock);
   ck_assert_msg (wait_connections (c, 4), "not reopened");
-  ck_assert_uint_gt (ST (c, conn_reconnects), 0);
-  ck_assert_uint_eq (ST (c, conn_reconnects), ST (c, conn_lost));
+  ck_assert_uint_gt (ST (c, backend_reconnects), 0);
+  ck_assert_uint_eq (ST (c, backend_reconnects), ST (c, backend_connections_lost));
   {
     uint64_t before = ST (c, async_pages);
 
