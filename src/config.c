@@ -70,7 +70,7 @@ rc_config_defaults (struct rc_config *c)
   c->backend_connections = RC_DEFAULT_BACKEND_CONNECTIONS;
   c->congestion_threshold = 0;  /* derived in rc_config_check */
   c->congestion = RC_CONGESTION_SKIP;
-  c->mode = RC_MODE_ADAPTIVE;
+  c->mode = RA_MODE_ADAPTIVE;
 }
 
 void
@@ -221,6 +221,12 @@ rc_config_set (struct rc_config *c, const char *key, const char *value,
   if (k->type == RC_KEY_ENUM) {
     unsigned i;
 
+    /* Every RC_KEY_ENUM field is an enum of small non-negative values,
+     * which the compiler stores as an unsigned int.
+     */
+    _Static_assert (sizeof (enum ra_mode) == sizeof (unsigned) &&
+                    sizeof (enum rc_congestion_policy) == sizeof (unsigned),
+                    "RC_KEY_ENUM fields are stored as unsigned");
     for (i = 0; k->choices[i]; i++)
       if (strcmp (k->choices[i], value) == 0) {
         *(unsigned *) ((char *) c + k->offset) = i;

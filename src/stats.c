@@ -261,7 +261,7 @@ write_items (struct writer *w, const struct snap *s)
 static const char *
 ra_mode_name (struct rc_cache *c)
 {
-  return rc_cache_config (c)->mode == RC_MODE_ADAPTIVE
+  return rc_cache_config (c)->mode == RA_MODE_ADAPTIVE
     ? "adaptive" : "kernel";
 }
 

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "racache/readahead.h"
+
 /* Defaults (see the man page and bench/adaptive.sh): a window must
  * cover the bandwidth-delay product that one reader can use, which is
  * ~1 MB at 1 ms and ~1 GB/s but ~10 MB at 20 ms.  8 MiB is the largest
@@ -47,10 +49,12 @@
 #define RC_MAX_IO_MAX      (UINT64_C(32) << 20)
 #define RC_MAX_BACKGROUND  256u
 
-enum rc_ra_mode {
-  RC_MODE_KERNEL = 0,         /* the kernel's heuristics, ra-max for all */
-  RC_MODE_ADAPTIVE = 1,       /* per-stream windows from measurements */
-};
+/* ra-mode is the engine's enum ra_mode (racache/readahead.h):
+ * RA_MODE_KERNEL or RA_MODE_ADAPTIVE.  RC_MODE_* are its former names,
+ * kept only until src/cache.c (the read-path rework) stops using them.
+ */
+#define RC_MODE_KERNEL   RA_MODE_KERNEL
+#define RC_MODE_ADAPTIVE RA_MODE_ADAPTIVE
 
 enum rc_congestion_policy {
   RC_CONGESTION_SKIP = 0,     /* drop the async part (kernel/FUSE rule) */
@@ -66,8 +70,8 @@ struct rc_config {
   unsigned backend_connections; /* the workers' own backend connections */
   unsigned congestion_threshold; /* skip the async part at this many in flight;
                                   * 0 = 3/4 of max_background */
-  unsigned congestion;        /* enum rc_congestion_policy */
-  unsigned mode;              /* enum rc_ra_mode */
+  enum rc_congestion_policy congestion; /* ra-congestion */
+  enum ra_mode mode;          /* ra-mode */
   char *stats_file;           /* JSON written at exit, or NULL */
   char *stats_socket;         /* Unix socket serving JSON, or NULL */
   unsigned stats_interval;    /* seconds between summary log lines, 0 = off */
@@ -88,7 +92,8 @@ struct rc_key {
   const char *name;
   enum rc_key_type type;
   size_t offset;              /* of the field in struct rc_config */
-  const char *const *choices; /* RC_KEY_ENUM: the values, in enum order */
+  const char *const *choices; /* RC_KEY_ENUM: the values, in enum order
+                               * (the field is an enum type) */
   const char *def;            /* default, as the documentation writes it */
   const char *range;          /* range, as the documentation writes it */
   const char *help;           /* one line */

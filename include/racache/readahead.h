@@ -89,7 +89,7 @@ struct ra_params {
   ra_pgoff io_max;      /* largest backend request (kernel io_pages), >= 1 */
   uint64_t export_size; /* bytes */
   /* Adaptive mode only (ignored in kernel mode): */
-  unsigned mode;        /* enum ra_mode */
+  enum ra_mode mode;
   ra_pgoff adapt_min;   /* smallest cap (pages), unless ra_max is smaller */
   ra_pgoff self_max;    /* largest window whose backend reads stay below the
                          * congestion threshold; 0 = no bound */

@@ -573,7 +573,7 @@ ra_cache_after_fork (nbdkit_backend *backend)
                 " ra-backend-connections=%u"
                 " ra-congestion-threshold=%u ra-congestion=%s"
                 " ra-cache-stats-interval=%u",
-                cfg.mode == RC_MODE_ADAPTIVE ? "adaptive" : "kernel",
+                cfg.mode == RA_MODE_ADAPTIVE ? "adaptive" : "kernel",
                 cfg.cache_size, cfg.page_size, cfg.ra_max, cfg.io_max,
                 cfg.max_background, cfg.backend_connections,
                 cfg.congestion_threshold,
