@@ -1,4 +1,4 @@
-/* ra-cache: the read path of readahead-spec.md over the shared page cache.
+/* ra-cache: the read path (doc/readahead-rules.md) over the shared page cache.
  *
  * For a client read of pages [index, last), page by page:
  *  - a page that is not cached is a sync trigger: the engine decides a

@@ -7,7 +7,7 @@
  * summary, so that ra-max, ra-io-max, the cache size and the page size
  * can be tried offline on real traffic.
  *
- * The simulation follows the read path of readahead-spec.md: for each
+ * The simulation follows the read path of doc/readahead-rules.md: for each
  * page of a read, from its first: a page that is not cached is a sync
  * trigger (ondemand (i, false, last - i)); a page that carries the
  * marker has it cleared and is an async trigger (ondemand (i, true,
@@ -1164,7 +1164,7 @@ late (struct sim *s, struct ra_state *ra, ra_pgoff index)
   trigger (s, ra, m, true, m + 1, "early");
 }
 
-/* The read path of the spec for one client read. */
+/* The read path (doc/readahead-rules.md) for one client read. */
 static void
 replay_read (struct sim *s, struct ra_state *ra, const struct trace *t,
              const struct trace_read *r)

@@ -27,8 +27,8 @@
  * the accessed page.  It names specific pages, not just a number: where
  * the window starts past the accessed page (because pages in between are
  * cached), only the requested pages at or past the window's start are
- * still wanted, and only those form the sync part (correction 1 of the
- * spec; Linux 5.18 marked the whole window async there, which its own
+ * still wanted, and only those form the sync part (correction 1 in
+ * doc/readahead-rules.md; Linux 5.18 made it wholly async, which its own
  * documentation calls wrong).
  *
  * ondemand() tries these branches in order:
@@ -69,6 +69,7 @@
  * access misses at start + size and branch B continues the stream.
  *
  * Where this deviates from the kernel it is said at that branch.
+ * doc/readahead-rules.md explains every branch and correction N here.
  *
  * Adaptive mode
  * =============
@@ -285,7 +286,7 @@ history (const struct ra_cache_ops *c, void *opaque,
 
 /* Pages of the request [index, index + req) at or past start: the part
  * of req_count that the window still has to read for a waiting client
- * (correction 1: req_count follows the pages it names).
+ * (doc/readahead-rules.md, "Correction 1: req follows the pages it names").
  */
 static ra_pgoff
 wanted_from (ra_pgoff index, ra_pgoff req, ra_pgoff start)
@@ -298,9 +299,9 @@ wanted_from (ra_pgoff index, ra_pgoff req, ra_pgoff start)
  * have no async part and so no marker: a reader whose requests are
  * larger than the window would never be read ahead of again (every read
  * a sync miss).  Then the ramped size is kept as an async part after the
- * wanted pages, so the marker chain goes on.  (The spec's correction 1
- * says nothing of this case; Linux never meets it, as it makes the whole
- * window async.)
+ * wanted pages, so the marker chain goes on.  (Linux never meets this
+ * case, as it makes the whole window async: doc/readahead-rules.md,
+ * Correction 1.)
  */
 static void
 set_sync_part (struct ra_state *ra, ra_pgoff wanted)
@@ -336,7 +337,8 @@ emit (const struct ra_state *ra, const struct ra_params *p,
   /* The marker is the first page of the async part as the window was
    * decided.  Linux counts it from the clamped size instead, which puts
    * it earlier near the end of a file for no benefit; here a clamped
-   * window keeps its marker where the spec defines it, or has none.
+   * window keeps its marker as decided, or has none (see "The marker of a
+   * window clamped by the end of the export" in doc/readahead-rules.md).
    */
   w->marker = ra->async_size > 0 && async_start < end
     ? async_start : RA_NO_MARKER;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# ra-trace, through the command: the spec's worked example exactly, G then
-# E for a first read at a non-zero offset, two interleaved streams on one
-# stream id reaching full-size branch C windows, separate stream ids, the
+# ra-trace, through the command: the worked example of
+# doc/readahead-rules.md exactly, G then E for a first read at a
+# non-zero offset, two interleaved streams on one stream id reaching
+# full-size branch C windows, separate stream ids, the
 # timed simulation (kernel and adaptive windows over a 20 ms backend,
 # congestion, a slow client), nbdkit log filter lines from a real log
 # (nbdkit --filter=log, read with nbdsh), errors (FILE:LINE, exit 1) and
@@ -98,7 +99,7 @@ expect_summary ()
   [ "$got" = "$3" ] || fail "$4: summary '$2' is '$got', expected '$3'"
 }
 
-# ---- the spec's worked example ------------------------------------------
+# ---- the worked example (doc/readahead-rules.md) -----------------------
 # ra_max 32 pages (128K), one stream, 16 KiB reads from offset 0.
 for i in $(seq 0 21); do echo "$((i * 16384)) 16384"; done > "$tmpdir/we.trace"
 "$RA_TRACE" --ra-max=128K --export-size=1G "$tmpdir/we.trace" > "$tmpdir/we.out"

@@ -13,9 +13,10 @@
 # any overlap likely.  After the run the intervals are compared.
 #
 # 1. One client reads a 1 MiB export 16 KiB at a time with ra-max=128K
-#    and ra-io-max=128K: the plugin must see the spec's windows (the same
-#    11 reads as test-windows.sh, not 64 reads of 16 KiB: prefetch
-#    happens, async parts included), the data must be right, and no
+#    and ra-io-max=128K: the plugin must see the windows of the worked
+#    example (doc/readahead-rules.md; the same 11 reads as
+#    test-windows.sh, not 64 reads of 16 KiB: prefetch happens, async
+#    parts included), the data must be right, and no
 #    call at all may overlap another.
 # 2. A fresh front whose cache (256K) is much smaller than the export,
 #    so that every pass reads the plugin again: two clients at once (one
@@ -160,7 +161,7 @@ K=1024
 } | sort -n > "$tmpdir/expected"
 sort -n "$tmpdir/calls" > "$tmpdir/actual"
 diff -u "$tmpdir/expected" "$tmpdir/actual" ||
-  fail "the plugin did not see the spec's windows (prefetch missing?)"
+  fail "the plugin did not see the worked example's windows (prefetch missing?)"
 overlaps > "$tmpdir/overlaps"
 if [ -s "$tmpdir/overlaps" ]; then
   cat "$tmpdir/overlaps"

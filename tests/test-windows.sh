@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# ra-cache: the backend sees exactly the reads readahead-spec.md predicts.
+# ra-cache: the backend sees exactly the reads doc/readahead-rules.md predicts.
 #
 # A backend server logs every request it receives (nbdkit's log filter);
 # a ra-cache front reads it through the nbd plugin with ra-mode=kernel,
-# ra-max=128K and ra-io-max=128K: 32 pages of 4 KiB, the spec's worked
-# example.
+# ra-max=128K and ra-io-max=128K: 32 pages of 4 KiB, the worked
+# example of doc/readahead-rules.md.
 #
 # 1. A client reading 16 KiB at a time from offset 0 to the end of a
 #    1 MiB export: the windows are the worked example's (A: 0/8/4, then
@@ -76,13 +76,13 @@ K=1024
 } | sort -n > "$tmpdir/seq.expected"
 backend_reads "$tmpdir/back1.reqlog" > "$tmpdir/seq.actual"
 if ! diff -u "$tmpdir/seq.expected" "$tmpdir/seq.actual"; then
-  fail "sequential reader: the backend reads differ from the spec's windows"
+  fail "sequential reader: the backend reads differ from the worked example's windows"
 fi
 # The windows by branch, as the filter counted them.
 [ "$(ra_stat front1 windows.A)" -eq 1 ] || fail "expected one branch A window"
 [ "$(ra_stat front1 windows.B)" -eq 9 ] || fail "expected 9 branch B windows"
 [ "$(ra_stat front1 windows.G)" -eq 0 ] || fail "sequential reads counted as random"
-info "sequential reader: $(wc -l < "$tmpdir/seq.actual") backend reads, as the spec predicts"
+info "sequential reader: $(wc -l < "$tmpdir/seq.actual") backend reads, as the worked example predicts"
 
 # ---- 2. random reader: exactly the requested pages ---------------------
 

@@ -89,9 +89,10 @@ void rc_cache_set_backend_limits (struct rc_cache *c, uint32_t minimum,
 struct rc_stream *rc_stream_new (void);
 void rc_stream_free (struct rc_stream *s);
 
-/* A client read through the cache (the spec's read path).  Returns 0, or
- * -1 with *err set: the error of a backend read that this client waited
- * for (sync part); errors of async reads never reach a client.
+/* A client read through the cache (doc/readahead-rules.md, "The read
+ * path").  Returns 0, or -1 with *err set: the error of a backend read
+ * that this client waited for (sync part); errors of async reads never
+ * reach a client.
  */
 int rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
              void *buf, uint32_t count, uint64_t offset, int *err);

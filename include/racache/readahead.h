@@ -4,7 +4,7 @@
  * query interface to the page cache, decide which window to read.  No
  * threads, no nbdkit, no I/O.  The words used here (page, request,
  * req_count, window, sync part, async part, marker, stream state) have
- * exactly the meanings given in readahead-spec.md and in the big picture
+ * exactly the meanings given in doc/readahead-rules.md and in the big picture
  * comment at the top of src/readahead.c.
  */
 #ifndef RACACHE_READAHEAD_H
@@ -41,7 +41,7 @@ const char *ra_branch_name (enum ra_branch b);
 
 /* How windows are sized (ra-mode). */
 enum ra_mode {
-  RA_MODE_KERNEL = 0,   /* the spec exactly: ra_max is every stream's limit */
+  RA_MODE_KERNEL = 0,   /* the rules exactly: ra_max is every stream's limit */
   RA_MODE_ADAPTIVE = 1, /* each stream's limit follows its measured needs */
 };
 
@@ -185,7 +185,7 @@ struct ra_window {
 
 void ra_state_init (struct ra_state *ra);
 
-/* Sizing helpers of the spec (in pages). */
+/* Sizing helpers (in pages; doc/readahead-rules.md, "How windows grow"). */
 ra_pgoff ra_init_size (ra_pgoff req, ra_pgoff max);
 ra_pgoff ra_next_size (ra_pgoff cur, ra_pgoff max);
 
@@ -193,8 +193,8 @@ ra_pgoff ra_next_size (ra_pgoff cur, ra_pgoff max);
  * (marker == false: page index is not cached) or an async trigger
  * (marker == true: page index carried the marker, which the caller has
  * cleared).  req is req_count: the pages of the request from index.
- * Updates the stream state as the spec says and returns the window to
- * submit; w->size == 0 means nothing to read.
+ * Updates the stream state as doc/readahead-rules.md ("The branches") says
+ * and returns the window to submit; w->size == 0 means nothing to read.
  */
 void ra_ondemand (struct ra_state *ra, const struct ra_params *p,
                   const struct ra_cache_ops *cache, void *opaque,

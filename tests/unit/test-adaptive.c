@@ -374,7 +374,7 @@ START_TEST (test_late_pulls_marker_and_boosts)
 }
 END_TEST
 
-/* ---- kernel mode is the spec ------------------------------------------ */
+/* ---- kernel mode is doc/readahead-rules.md exactly -------------------- */
 
 START_TEST (test_kernel_mode_ignores_inputs)
 {

@@ -786,11 +786,12 @@ expect_reqs (struct fake *f, size_t *from, const struct want *want,
   *from += got;
 }
 
-/* The spec's worked example: ra_max 32 pages, 16 KiB reads from 0. */
+/* The worked example of doc/readahead-rules.md: ra_max 32 pages, 16 KiB
+ * reads from 0. */
 static void
 worked_example (uint64_t io_max)
 {
-  /* Windows in pages, as the spec's table, and the read that triggers
+  /* Windows in pages, as the example's table, and the read that triggers
    * each (after which the backend must see it).
    */
   static const struct { int read; uint64_t start, size, async; } win[] = {

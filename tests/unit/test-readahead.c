@@ -1,7 +1,8 @@
 /* Unit tests of the readahead engine (src/readahead.c) against
- * readahead-spec.md.  Each test names the branch it covers.
+ * doc/readahead-rules.md.  Each test names the branch (or the
+ * correction N of that document) it covers.
  *
- * The expected numbers are worked out by hand from the spec, and the
+ * The expected numbers are worked out by hand from the rules, and the
  * arithmetic is written next to them.  Unless a test says otherwise:
  * pages of 4 KiB, ra_max = io_max = 32 pages, a fresh stream state and
  * an empty cache.  Reminders, for max = 32:
@@ -18,7 +19,7 @@
 
 #include "racache/readahead.h"
 
-/* ---- a simulated page cache and the spec's read path ------------------ */
+/* ---- a simulated page cache and the read path ------------------------ */
 
 #define SIM_PAGES 8192
 #define SIM_MAX_BATCHES 64
@@ -186,7 +187,8 @@ sim_trigger (struct sim *s, ra_pgoff index, bool marker, ra_pgoff req,
   s->nlog++;
 }
 
-/* The read path of the spec, for one client read; records the windows. */
+/* The read path (doc/readahead-rules.md), for one client read; records the
+ * windows. */
 static int
 sim_read (struct sim *s, uint64_t offset, uint64_t count,
           struct ra_window *out, int max_out)
@@ -1213,7 +1215,7 @@ END_TEST
 
 /* ---- 15: helpers, submit, forced, off, correction 3 ------------------- */
 
-/* init_size and next_size, by the spec's formulas.
+/* init_size and next_size, by the formulas of doc/readahead-rules.md.
  * max 32 (max/32 = 1, max/4 = 8): req 1: r 1 <= 1 -> 4; 2: r 2 <= 8 ->
  *   4; 3: r 4 -> 8; 4 -> 8; 5: r 8 -> 16; 8 -> 16; 9: r 16 > 8 -> 32;
  *   16 -> 32; 32 -> 32; 33 -> 32.
