@@ -15,6 +15,12 @@
 # top_srcdir, top_builddir, NBDKIT and PATH (with /usr/bin first, for
 # nbdsh's python3) come from AM_TESTS_ENVIRONMENT; running a test by hand
 # from the build directory also works.
+#
+# A test that needs less than nbdkit, nbdsh (with the nbd module) and
+# the built filter says what it needs before sourcing this file, e.g.
+# test_needs="nbdkit filter" or test_needs="" (the default is
+# "nbdkit nbdsh filter"); a missing command skips the test, a filter not
+# built fails it.
 
 set -euo pipefail
 
@@ -60,10 +66,18 @@ requires ()
   done
 }
 
-requires "$NBDKIT" nbdsh timeout
-[ -f "$FILTER" ] || fail "the filter is not built: $FILTER"
-nbdsh -n -c 'import nbd' >/dev/null 2>&1 ||
-  skip "nbdsh cannot import the nbd module (python3-libnbd)"
+requires timeout
+for need in ${test_needs-nbdkit nbdsh filter}; do
+  case $need in
+    nbdkit) requires "$NBDKIT" ;;
+    nbdsh)
+      requires nbdsh
+      nbdsh -n -c 'import nbd' >/dev/null 2>&1 ||
+        skip "nbdsh cannot import the nbd module (python3-libnbd)" ;;
+    filter) [ -f "$FILTER" ] || fail "the filter is not built: $FILTER" ;;
+    *) fail "functions.sh: unknown need '$need'" ;;
+  esac
+done
 
 # Unix socket paths are limited to 107 bytes: keep the directory short.
 tmpdir=$(mktemp -d /tmp/ra-cache-test.XXXXXX)
@@ -75,10 +89,6 @@ server_pid ()
   cat "$tmpdir/$1.bgpid"
 }
 
-# Stop one server: SIGTERM, then wait up to 30 s for it to exit.  A
-# server that hangs at shutdown (reported, then killed) or crashes (any
-# exit status but 0 or 143, which is nbdkit's after a clean shutdown on
-# SIGTERM) fails the test.
 # terminate PID: SIGTERM, then wait up to 30 s for the process to go;
 # if it has not, SIGKILL it and return 1.
 terminate ()
@@ -93,9 +103,14 @@ terminate ()
   return 1
 }
 
+# stop_server NAME [any-status]: stop one server: SIGTERM, then wait up
+# to 30 s for it to exit.  A server that hangs at shutdown (reported,
+# then killed) or crashes (any exit status but 0 or 143, which is
+# nbdkit's after a clean shutdown on SIGTERM) fails the test, unless
+# any-status is given (a server that is not the code under test).
 stop_server ()
 {
-  local name=$1 pid status=0
+  local name=$1 any=${2:-} pid status=0
   [ -f "$tmpdir/$name.bgpid" ] || return 0
   pid=$(server_pid "$name")
   rm -f "$tmpdir/$name.bgpid"
@@ -106,6 +121,7 @@ stop_server ()
     return 1
   fi
   wait "$pid" 2>/dev/null || status=$?
+  [ "$any" = any-status ] && return 0
   case $status in
     0|143) ;;
     *) echo "$test_name: FAIL: server $name exited with status $status" \
@@ -114,10 +130,21 @@ stop_server ()
   esac
 }
 
+# at_cleanup CMD...: run CMD on every exit path, before the servers are
+# stopped (newest first): unmount, detach, kill a client.
+cleanup_cmds=()
+at_cleanup ()
+{
+  cleanup_cmds+=("$*")
+}
+
 cleanup ()
 {
   local status=$? name
   set +e
+  for ((i = ${#cleanup_cmds[@]} - 1; i >= 0; i--)); do
+    eval "${cleanup_cmds[i]}"
+  done
   # Newest first: a front before the backend it reads from.
   for ((i = ${#server_names[@]} - 1; i >= 0; i--)); do
     if ! stop_server "${server_names[i]}" && [ "$status" -eq 0 ]; then
@@ -289,4 +316,16 @@ random_file ()
 stat_size ()
 {
   stat -c %s "$1"
+}
+
+# wait_for TEST-ARGS...: wait up to 10 s for `test TEST-ARGS...` to hold
+# (wait_for -S SOCKET, wait_for -f FILE), else fail.
+wait_for ()
+{
+  local i
+  for ((i = 0; i < 100; i++)); do
+    test "$@" && return 0
+    sleep 0.1
+  done
+  fail "timed out waiting for: test $*"
 }

@@ -2,10 +2,9 @@
 # ra-cache-config=FILE: values from the file apply, the command line
 # overrides the file wherever it stands, and every kind of bad input
 # stops nbdkit with one message naming the file, the line and the key.
-set -euo pipefail
-filter=${top_builddir:-.}/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so
-d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
-fail () { echo "FAIL: $*"; exit 1; }
+test_needs="nbdkit filter"
+. "${top_srcdir:-$(dirname "$0")/..}/tests/functions.sh"
+filter=$FILTER d=$tmpdir
 
 effective () {  # effective ARGS...: the configuration line nbdkit logs
   nbdkit -fv -U - --filter="$filter" memory 1M "$@" --run true 2>&1 |
@@ -71,4 +70,4 @@ expect_error "ra-io-max: 100 must be from one page to 32M" ra-io-max=100
 expect_error "ra-max: .* is larger than half of ra-cache-size" ra-max=512M
 expect_error "ra-congestion-threshold: 13 must be from 1 to ra-max-background" ra-congestion-threshold=13
 expect_error "ra-max: .* is not a whole number of pages" ra-max=5000
-echo PASS
+info PASS

@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # The filter's --help text, the man page and etc/ra-cache.conf must name
 # the same set of keys with the same defaults.
-set -euo pipefail
-filter=${top_builddir:-.}/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so
-srcdir=${top_srcdir:-.}
-d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+test_needs="nbdkit filter"
+. "${top_srcdir:-$(dirname "$0")/..}/tests/functions.sh"
+filter=$FILTER srcdir=$top_srcdir d=$tmpdir
 
 nbdkit --filter="$filter" null --help > "$d/help.txt"
 /usr/bin/python3 - "$d/help.txt" "$srcdir/plugins/ra-cache/nbdkit-ra-cache-filter.pod" \

@@ -4,59 +4,36 @@
 # the stats show skipped async parts; with wait, delayed ones; and once the
 # load ends no empty placeholder page (in flight, never to be read) stays
 # in the cache.  Data read is checked against the pattern plugin.
-set -euo pipefail
-export PATH=/usr/bin:/bin:$PATH
-filter=${top_builddir:-.}/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so
-bench=${top_builddir:-.}/ra-bench
-[ -f "$filter" ] && [ -x "$bench" ] || { echo "FAIL: build first"; exit 1; }
-d=$(mktemp -d /tmp/ra-congestion.XXXXXX)
-cleanup () {
-  for p in "$d"/*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done
-  sleep 0.3; rm -rf "$d"
-}
-trap cleanup EXIT INT TERM
-fail () { echo "FAIL: $*"; exit 1; }
-wait_sock () { for _ in $(seq 100); do [ -S "$1" ] && return 0; sleep 0.1; done; fail "no socket $1"; }
-stat_of () {  # stat_of SOCKET KEY
-  /usr/bin/python3 - "$1" "$2" <<'PY'
-import json, socket, sys
-s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
-data = b""
-while True:
-    b = s.recv(65536)
-    if not b: break
-    data += b
-print(json.loads(data)[sys.argv[2]])
-PY
-}
+. "${top_srcdir:-$(dirname "$0")/..}/tests/functions.sh"
+bench=$top_builddir/ra-bench
+[ -x "$bench" ] || fail "ra-bench is not built: $bench"
 
-"${NBDKIT:-nbdkit}" -t 2 -U "$d/back.sock" -P "$d/back.pid" --filter=delay pattern 2G rdelay=3ms
-wait_sock "$d/back.sock"
+start_server back -t 2 --filter=delay pattern 2G rdelay=3ms
 
 for policy in skip wait; do
-  rm -f "$d/front.sock"
   # 256K backend reads: a 4M window is 16 of them, over the threshold of 9
   # (kernel mode: adaptive mode keeps a window below the threshold).
-  "${NBDKIT:-nbdkit}" -U "$d/front.sock" -P "$d/front.pid" --filter="$filter" \
-    nbd socket="$d/back.sock" ra-mode=kernel ra-max=4M ra-io-max=256K \
+  front=front_$policy
+  start_server "$front" --filter="$FILTER" \
+    nbd socket="$(sock back)" ra-mode=kernel ra-max=4M ra-io-max=256K \
     ra-congestion=$policy \
-    ra-cache-stats-socket="$d/stats.sock"
-  wait_sock "$d/front.sock"
-  uri="nbd+unix:///?socket=$d/front.sock"
-  "$bench" -u "$uri" -p seq -s 64K -d 1 -t 3 > "$d/seq.txt" &
+    ra-cache-stats-socket="$tmpdir/$front-stats.sock"
+  uri=$(uri "$front")
+  timeout "$CLIENT_TIMEOUT" "$bench" -u "$uri" -p seq -s 64K -d 1 -t 3 \
+    > "$tmpdir/seq.txt" &
   s=$!
-  "$bench" -u "$uri" -p random -s 4K -d 4 -t 3 --seed 3 > "$d/rand.txt" &
+  timeout "$CLIENT_TIMEOUT" "$bench" -u "$uri" -p random -s 4K -d 4 -t 3 \
+    --seed 3 > "$tmpdir/rand.txt" &
   r=$!
   wait $s || fail "$policy: sequential reader failed"
   wait $r || fail "$policy: random reader failed"
   # Drain: background reads finish within a few backend round trips.
   for _ in $(seq 50); do
-    [ "$(stat_of "$d/stats.sock" inflight_now)" = 0 ] && break; sleep 0.1
+    [ "$(live_stat "$front" inflight_now)" = 0 ] && break; sleep 0.1
   done
-  skipped=$(stat_of "$d/stats.sock" async_skipped)
-  delayed=$(stat_of "$d/stats.sock" async_delayed)
-  inflight_pages=$(stat_of "$d/stats.sock" cache_pages_inflight)
-  echo "$policy: async parts skipped $skipped, delayed $delayed, pages in flight after the load $inflight_pages"
+  read -r skipped delayed inflight_pages <<<"$(live_stat "$front" \
+    async_skipped async_delayed cache_pages_inflight)"
+  info "$policy: async parts skipped $skipped, delayed $delayed, pages in flight after the load $inflight_pages"
   [ "$inflight_pages" = 0 ] || fail "$policy: $inflight_pages placeholder pages left in flight"
   if [ $policy = skip ]; then
     [ "$skipped" -gt 0 ] || fail "skip: no async part was skipped under congestion"
@@ -66,7 +43,7 @@ for policy in skip wait; do
     [ "$skipped" = 0 ] || fail "wait: async parts were skipped"
   fi
   # What the cache holds after all this is still right.
-  nbdsh -u "$uri" -c '
+  nbdsh_t -u "$uri" -c '
 import random
 random.seed(5)
 for i in range(200):
@@ -76,9 +53,7 @@ for i in range(200):
         want = (off + j).to_bytes(8, "big")
         assert buf[j:j+8] == want, "bad data at %d" % (off + j)
 ' || fail "$policy: data read after congestion is wrong"
-  kill "$(cat "$d/front.pid")"
-  for _ in $(seq 50); do kill -0 "$(cat "$d/front.pid")" 2>/dev/null || break; sleep 0.1; done
-  rm -f "$d/front.pid"
-  [ ! -e "$d/stats.sock" ] || fail "stats socket not removed at exit"
+  stop_server "$front" || fail "$policy: the front did not stop cleanly"
+  [ ! -e "$tmpdir/$front-stats.sock" ] || fail "stats socket not removed at exit"
 done
-echo PASS
+info PASS

@@ -6,27 +6,20 @@
 #
 # Skips where clang cannot build libFuzzer targets (apt-get install clang
 # libclang-rt-14-dev), and in a sanitizer build (the plain build runs it).
-set -euo pipefail
-
-: "${top_builddir:=$PWD}"
-: "${top_srcdir:=$(cd "$(dirname "$0")/.." && pwd)}"
-name=test-fuzz-smoke
+test_needs=""
+. "${top_srcdir:-$(dirname "$0")/..}/tests/functions.sh"
 
 if [ -n "${RA_CACHE_SANITIZERS:-}" ]; then
-  echo "$name: SKIP: a sanitizer build; the plain build runs the fuzz smoke test"
-  exit 77
+  skip "a sanitizer build; the plain build runs the fuzz smoke test"
 fi
-if ! command -v "${CC_FUZZ:-clang}" >/dev/null 2>&1; then
-  echo "$name: SKIP: clang is not installed (apt-get install clang libclang-rt-14-dev)"
-  exit 77
-fi
+command -v "${CC_FUZZ:-clang}" >/dev/null 2>&1 ||
+  skip "clang is not installed (apt-get install clang libclang-rt-14-dev)"
 
 status=0
 CC=${CC_FUZZ:-clang} FUZZ_BUILDDIR=$top_builddir/fuzz-smoke \
   "$top_srcdir/fuzz/run.sh" --smoke || status=$?
 case $status in
-  0) echo "$name: PASS" ;;
-  77) echo "$name: SKIP: clang cannot build libFuzzer targets here (see above)" ;;
-  *) echo "$name: FAIL" ;;
+  0) info PASS ;;
+  77) skip "clang cannot build libFuzzer targets here (see above)" ;;
+  *) fail "fuzz/run.sh --smoke exited with status $status" ;;
 esac
-exit $status

@@ -4,80 +4,17 @@
 # for (stats and log filters); --json is valid JSON; connection and read
 # failures exit non-zero with a clear message; --depth really keeps
 # requests in flight; --help and the man page list the same options.
-set -euo pipefail
-
-: "${top_builddir:=$PWD}"
-: "${top_srcdir:=$(cd "$(dirname "$0")/.." && pwd)}"
-# The system python3 (for json.tool) comes first.
-PATH=/usr/bin:/bin:$PATH
+test_needs="nbdkit"
+. "${top_srcdir:-$(dirname "$0")/..}/tests/functions.sh"
 PY=/usr/bin/python3
 
 BENCH=$top_builddir/ra-bench
-NBDKIT=${NBDKIT:-nbdkit}
-test_name=test-ra-bench
-
-fail () { echo "$test_name: FAIL: $*" >&2; exit 1; }
-info () { echo "$test_name: $*"; }
-
 [ -x "$BENCH" ] || fail "ra-bench is not built: $BENCH"
-command -v "$NBDKIT" >/dev/null || { echo "$test_name: SKIP: no nbdkit"; exit 77; }
-[ -x "$PY" ] || { echo "$test_name: SKIP: no $PY"; exit 77; }
+[ -x "$PY" ] || skip "no $PY"
 
-# Short directory: Unix socket paths are limited to 107 bytes.
-d=$(mktemp -d /tmp/ra-bench-test.XXXXXX)
-servers=()
-
-# stop NAME: SIGTERM the server and wait for it to exit (the stats
-# filter writes its file at exit).  Servers run in the foreground as
-# children of this script, so that "wait" reaps them: a daemonized
-# nbdkit would be a zombie until init gets round to it.
-stop ()
-{
-  local pidfile=$d/$1.bgpid pid
-  [ -s "$pidfile" ] || return 0
-  pid=$(cat "$pidfile")
-  rm -f "$pidfile"
-  kill -TERM "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-}
-
-cleanup ()
-{
-  local status=$? s
-  set +e
-  for s in "${servers[@]}"; do stop "$s"; done
-  if [ "$status" -ne 0 ] && [ -z "${RA_BENCH_KEEP_TMP:-}" ]; then
-    for s in "$d"/*.err; do
-      [ -s "$s" ] && { echo "---- $s"; tail -n 20 "$s"; } >&2
-    done
-  fi
-  [ -n "${RA_BENCH_KEEP_TMP:-}" ] && echo "keeping $d" >&2 || rm -rf "$d"
-  exit "$status"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP PIPE
-
-# start NAME NBDKIT-ARGS...: nbdkit writes the pidfile once the socket
-# is listening.
-start ()
-{
-  local name=$1 i pid; shift
-  rm -f "$d/$name.sock" "$d/$name.pid"
-  "$NBDKIT" -f -U "$d/$name.sock" -P "$d/$name.pid" "$@" \
-    </dev/null >/dev/null 2>"$d/$name.nbdkit.err" &
-  pid=$!
-  echo "$pid" > "$d/$name.bgpid"
-  servers+=("$name")
-  for ((i = 0; i < 200; i++)); do
-    [ -S "$d/$name.sock" ] && [ -s "$d/$name.pid" ] && return 0
-    kill -0 "$pid" 2>/dev/null ||
-      fail "nbdkit $* did not start: $(cat "$d/$name.nbdkit.err")"
-    sleep 0.05
-  done
-  fail "nbdkit $*: no socket or pidfile after 10 s"
-}
-
-uri () { echo "nbd+unix:///?socket=$d/$1.sock"; }
+# Servers: start_server/stop_server/uri of tests/functions.sh; the log
+# filter's request logs are $d/NAME.reqlog (NAME.log is nbdkit's).
+d=$tmpdir
 
 # bench NAME ARGS...: run ra-bench with --json, output in $d/NAME.json,
 # stderr in $d/NAME.err; fails the test if ra-bench fails.
@@ -150,8 +87,8 @@ diff <("$BENCH" --help | grep -o -- '--[a-z][a-z-]*' | sort -u) \
   fail "--help and $pod do not list the same options"
 
 # ---- every pattern runs and reports sane numbers ----------------------
-start pat --filter=log pattern 64M logfile="$d/pat.log"
-start mem memory 16M
+start_server pat --filter=log pattern 64M logfile="$d/pat.reqlog"
+start_server mem memory 16M
 P=$(uri pat)
 bench seq         -u "$P" -s 64K -d 4 --bytes 8M
 bench backward    -u "$P" -s 64K -d 4 -p backward --bytes 8M
@@ -170,13 +107,13 @@ check random '0.3 <= r["elapsed_s"] < 5'
 check mixed 'r["writes"] > 0 and r["reads"] > 0 and r["bytes"] == 8 * 2**20
   and 0.2 < r["writes"] / r["requests"] < 0.4'
 # One connection per run, and three for multiconn: 8 in all.
-stop pat
-[ "$(offsets "$d/pat.log" | cut -d' ' -f1 | sort -u | wc -l)" -eq 8 ] ||
-  fail "the server saw $(offsets "$d/pat.log" | cut -d' ' -f1 | sort -u | wc -l) connections, expected 8"
+stop_server pat
+[ "$(offsets "$d/pat.reqlog" | cut -d' ' -f1 | sort -u | wc -l)" -eq 8 ] ||
+  fail "the server saw $(offsets "$d/pat.reqlog" | cut -d' ' -f1 | sort -u | wc -l) connections, expected 8"
 info "all patterns ran"
 
 # Text output has the fields a person looks for.
-start pat2 pattern 16M
+start_server pat2 pattern 16M
 timeout 60 "$BENCH" -u "$(uri pat2)" -s 64K --bytes 1M >"$d/text.out"
 for f in 'throughput: .* MB/s, .* MiB/s' 'IOPS:' 'latency ms: *p50 .* p90 .* p99 .* max' \
          'bytes: *1048576 ' 'requests: *16 ' 'elapsed:'; do
@@ -184,19 +121,19 @@ for f in 'throughput: .* MB/s, .* MiB/s' 'IOPS:' 'latency ms: *p50 .* p90 .* p99
 done
 
 # ---- the bytes the server read are the bytes asked for ----------------
-start st --filter=stats pattern 64M statsfile="$d/st.txt"
+start_server st --filter=stats pattern 64M statsfile="$d/st.txt"
 bench st1 -u "$(uri st)" -s 64K -d 8 --bytes 10M
-stop st
+stop_server st
 grep -q '^read: 160 ops, .* 10\.00 MiB' "$d/st.txt" ||
   fail "stats filter saw $(grep '^read:' "$d/st.txt"), expected 160 ops, 10.00 MiB"
 check st1 'r["bytes"] == 10 * 2**20 and r["requests"] == 160'
 # An odd byte count: the last request is shortened.
-start st --filter=stats --filter=log pattern 64M statsfile="$d/st.txt" logfile="$d/st.log"
+start_server st --filter=stats --filter=log pattern 64M statsfile="$d/st.txt" logfile="$d/st.reqlog"
 bench st2 -u "$(uri st)" -s 64K -d 3 --bytes 1000000
-stop st
+stop_server st
 grep -q '^read: 16 ops,' "$d/st.txt" || fail "stats: $(grep '^read:' "$d/st.txt"), expected 16 ops"
-[ "$(offsets "$d/st.log" | awk '{ s += $3 } END { print s }')" -eq 1000000 ] ||
-  fail "server read $(offsets "$d/st.log" | awk '{ s += $3 } END { print s }') bytes, expected 1000000"
+[ "$(offsets "$d/st.reqlog" | awk '{ s += $3 } END { print s }')" -eq 1000000 ] ||
+  fail "server read $(offsets "$d/st.reqlog" | awk '{ s += $3 } END { print s }') bytes, expected 1000000"
 check st2 'r["bytes"] == 1000000 and r["requests"] == 16'
 info "byte counts match the server's"
 
@@ -206,10 +143,10 @@ info "byte counts match the server's"
 logged ()
 {
   local name=$1; shift
-  start "$name" --filter=log pattern 4M logfile="$d/$name.log"
+  start_server "$name" --filter=log pattern 4M logfile="$d/$name.reqlog"
   bench "$name" -u "$(uri "$name")" -s 64K "$@"
-  stop "$name"
-  offsets "$d/$name.log" | while read -r c o n; do
+  stop_server "$name"
+  offsets "$d/$name.reqlog" | while read -r c o n; do
     [ "$n" -eq $K64 ] || fail "$name: a request of $n bytes"
     [ $((o % K64)) -eq 0 ] || fail "$name: unaligned offset $o"
     echo "$c $((o / K64))"
@@ -304,17 +241,17 @@ info "offsets are right for every pattern"
 
 # ---- --depth keeps requests in flight ---------------------------------
 # 40 reads of 20 ms: serially 0.8 s; 8 at a time about 0.1 s.
-start slow --filter=log --filter=delay pattern 16M rdelay=20ms logfile="$d/slow.log"
+start_server slow --filter=log --filter=delay pattern 16M rdelay=20ms logfile="$d/slow.reqlog"
 bench depth8 -u "$(uri slow)" -s 4K -d 8 --bytes 160K
-stop slow
+stop_server slow
 check depth8 'r["requests"] == 40 and r["elapsed_s"] < 0.4'
 # The log filter (outside the delay) shows how many reads overlapped.
-overlap=$(awk '/ Read id=/ { n++; if (n > m) m = n } /\.\.\.Read id=/ { n-- } END { print m }' "$d/slow.log")
+overlap=$(awk '/ Read id=/ { n++; if (n > m) m = n } /\.\.\.Read id=/ { n-- } END { print m }' "$d/slow.reqlog")
 [ "$overlap" -ge 4 ] || fail "depth 8: at most $overlap reads were in flight at the server"
-start slow --filter=log --filter=delay pattern 16M rdelay=20ms logfile="$d/slow1.log"
+start_server slow --filter=log --filter=delay pattern 16M rdelay=20ms logfile="$d/slow1.reqlog"
 bench depth1 -u "$(uri slow)" -s 4K -d 1 --bytes 40K
-stop slow
-overlap1=$(awk '/ Read id=/ { n++; if (n > m) m = n } /\.\.\.Read id=/ { n-- } END { print m }' "$d/slow1.log")
+stop_server slow
+overlap1=$(awk '/ Read id=/ { n++; if (n > m) m = n } /\.\.\.Read id=/ { n-- } END { print m }' "$d/slow1.reqlog")
 [ "$overlap1" -eq 1 ] || fail "depth 1: $overlap1 reads were in flight at once"
 check depth1 'r["latency_ms"]["p50"] >= 19'
 info "depth 8 kept up to $overlap reads in flight (depth 1: $overlap1)"
@@ -329,7 +266,7 @@ grep -q "cannot connect to nbd+unix:///?socket=$d/missing.sock: .*No such file" 
   fail "missing socket: unclear message: $(cat "$d/missing.err")"
 [ ! -s "$d/missing.out" ] || fail "missing socket: results printed"
 
-start eio --filter=error pattern 16M error-pread=EIO error-pread-rate=100%
+start_server eio --filter=error pattern 16M error-pread=EIO error-pread-rate=100%
 set +e
 "$BENCH" -u "$(uri eio)" -s 64K -d 4 --bytes 1M --json >"$d/eio.out" 2>"$d/eio.err"
 rc=$?
@@ -338,6 +275,9 @@ set -e
 grep -q 'read failed at offset [0-9]* length 65536 on .*: Input/output error' "$d/eio.err" ||
   fail "read error: unclear message: $(cat "$d/eio.err")"
 [ ! -s "$d/eio.out" ] || fail "read error: results printed as if it worked"
+# nbdkit 1.32 itself may abort (raw_send_socket: sock >= 0) when a client
+# drops its connection after errors: not the code under test.
+stop_server eio any-status
 
 set +e
 "$BENCH" -u "$(uri pat2)" -p mixed -s 4K --bytes 64K >"$d/ro.out" 2>"$d/ro.err"
@@ -347,4 +287,4 @@ set -e
   fail "mixed on a read-only export: exit $rc: $(cat "$d/ro.err")"
 info "failures are reported"
 
-echo "$test_name: PASS"
+info PASS

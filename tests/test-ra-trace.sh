@@ -10,62 +10,13 @@
 #
 # The log part needs nbdkit and nbdsh with the nbd module; where they are
 # missing the other checks still run and the test then exits 77 (skip).
-set -euo pipefail
-
-: "${top_builddir:=$PWD}"
-: "${top_srcdir:=$(cd "$(dirname "$0")/.." && pwd)}"
-: "${NBDKIT:=nbdkit}"
-# nbdsh runs "python3 -m nbd": the system python3 must come first.
-PATH=/usr/bin:/bin:$PATH
-export PATH
+test_needs=""
+. "${top_srcdir:-$(dirname "$0")/..}/tests/functions.sh"
 
 RA_TRACE=$top_builddir/ra-trace
 POD=$top_srcdir/src/ra-trace.pod
-name=test-ra-trace
-
-fail () { echo "$name: FAIL: $*" >&2; exit 1; }
-info () { echo "$name: $*"; }
 
 [ -x "$RA_TRACE" ] || fail "$RA_TRACE is not built"
-
-# Unix socket paths are limited to 107 bytes: keep the directory short.
-tmpdir=$(mktemp -d /tmp/ra-trace-test.XXXXXX)
-pidfile=$tmpdir/nbdkit.pid
-sock=$tmpdir/nbdkit.sock
-
-# Stop the server started by this test, if any: SIGTERM, wait, SIGKILL.
-stop_server ()
-{
-  local pid i
-  [ -s "$pidfile" ] || return 0
-  pid=$(cat "$pidfile")
-  rm -f "$pidfile"
-  kill -TERM "$pid" 2>/dev/null || return 0
-  for ((i = 0; i < 100; i++)); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.1
-  done
-  echo "$name: nbdkit (pid $pid) did not exit on SIGTERM" >&2
-  kill -KILL "$pid" 2>/dev/null || true
-}
-
-cleanup ()
-{
-  local status=$?
-  set +e
-  stop_server
-  if [ "$status" -ne 0 ] && [ "$status" -ne 77 ]; then
-    for f in "$tmpdir/nbdkit.err" "$tmpdir/nbdkit.log"; do
-      [ -s "$f" ] || continue
-      echo "---- last lines of $(basename "$f") ----" >&2
-      tail -n 20 "$f" >&2
-    done
-  fi
-  rm -rf "$tmpdir"
-  exit "$status"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP
 
 # The window rows of ra-trace's output, fields normalised to one space:
 # read stream trigger branch start size async marker inserted batches
@@ -404,15 +355,9 @@ if [ -n "$log_skip" ]; then
   exit 77
 fi
 
-log=$tmpdir/nbdkit.log
-"$NBDKIT" -U "$sock" -P "$pidfile" --filter=log memory 1M logfile="$log" \
-  2> "$tmpdir/nbdkit.err"
-for ((i = 0; i < 300; i++)); do
-  [ -S "$sock" ] && [ -s "$pidfile" ] && break
-  sleep 0.1
-done
-[ -S "$sock" ] && [ -s "$pidfile" ] || fail "nbdkit did not start"
-uri="nbd+unix:///?socket=$sock"
+log=$tmpdir/logged.reqlog
+start_server logged --filter=log memory 1M logfile="$log"
+uri=$(uri logged)
 # Connection 1: the worked example.  Connection 2: a write and a flush
 # (ignored), then two reads at 512 KiB (G then E on its own state).
 timeout 60 nbdsh -u "$uri" -c '
@@ -426,7 +371,7 @@ h.pread (16384, 524288)
 h.pread (16384, 524288 + 16384)
 h.pread (100, 5000)
 '
-stop_server                     # the log is complete once nbdkit exits
+stop_server logged              # the log is complete once nbdkit exits
 [ -s "$log" ] || fail "nbdkit wrote no log"
 
 conns=($(sed -n 's/.* connection=\([0-9]*\) Read .*/\1/p' "$log" | uniq))
