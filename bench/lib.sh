@@ -9,6 +9,12 @@
 # its file only when nbdkit exits.  The other servers: nbd-server (which
 # always detaches; on a Unix socket too) and lighttpd (in the foreground,
 # on 127.0.0.1 only, for nbdkit-curl-plugin).
+#
+# It builds on tests/functions.sh (in its library mode): starting and
+# stopping servers (start_server, server_started, stop_server,
+# terminate), their sockets and URIs, the stats reader (stats_json,
+# file_stat) and the timeouts (CLIENT_TIMEOUT, SERVER_TIMEOUT) are the
+# tests' own; the bench_* names below are what the benchmarks call.
 
 # nbdsh and the libnbd binding live in Debian's python3: put /usr/bin
 # before any other python3 (pyenv, venv) for the clients started here.
@@ -23,8 +29,10 @@ BENCH_PATH=/usr/bin:/bin:$PATH
 : "${BENCH_TIME:=/usr/bin/time}"
 
 bench_tmpdir=
-bench_servers=()
 bench_client_pid=
+
+# shellcheck source=tests/functions.sh
+ra_test_library=1 . "$(dirname "${BASH_SOURCE[0]}")/../tests/functions.sh"
 
 bench_die ()
 {
@@ -37,17 +45,18 @@ bench_die ()
 bench_init ()
 {
   bench_tmpdir=$(mktemp -d /tmp/racache-bench.XXXXXX)
+  tmpdir=$bench_tmpdir          # for tests/functions.sh
 }
 
 # bench_sock NAME: the socket of server NAME; bench_uri NAME: its NBD URI.
 bench_sock ()
 {
-  echo "$bench_tmpdir/$1.sock"
+  sock "$@"
 }
 
 bench_uri ()
 {
-  echo "nbd+unix:///?socket=$bench_tmpdir/$1.sock"
+  uri "$@"
 }
 
 # bench_start NAME NBDKIT-ARGS...: start nbdkit on $(bench_sock NAME), its
@@ -72,49 +81,33 @@ bench_start_timed ()
   _bench_start_nbdkit timed "$@"
 }
 
+# start_server of tests/functions.sh, but returning 1 instead of exiting.
 _bench_start_nbdkit ()
 {
   local timed=$1 name=$2; shift 2
   local sock=$bench_tmpdir/$name.sock pidfile=$bench_tmpdir/$name.pid
-  local -a pre=()
-  rm -f "$sock" "$pidfile" "$bench_tmpdir/$name".{rusage,srvpid,wrapped}
+  local -a server_wrapper=()
+  rm -f "$sock" "$pidfile" "$bench_tmpdir/$name".{rusage,srvpid,wrapped,log}
   # %U %S: user and system CPU seconds; %R: minor (reclaiming) page faults;
   # %F: major page faults; %M: maximum resident set size in KiB.
-  [ -n "$timed" ] &&
-    pre=("$BENCH_TIME" -o "$bench_tmpdir/$name.rusage" -f '%U %S %R %F %M')
-  "${pre[@]}" "$NBDKIT" -f -U "$sock" -P "$pidfile" "$@" \
+  if [ -n "$timed" ]; then
+    server_wrapper=("$BENCH_TIME" -o "$bench_tmpdir/$name.rusage"
+                    -f '%U %S %R %F %M')
+    : > "$bench_tmpdir/$name.wrapped"
+  fi
+  "${server_wrapper[@]}" "$NBDKIT" -f -U "$sock" -P "$pidfile" "$@" \
     </dev/null >"$bench_tmpdir/$name.log" 2>&1 &
-  local pid=$!
-  [ -n "$timed" ] && : > "$bench_tmpdir/$name.wrapped"
-  _bench_wait_started "$name" "$pid" "nbdkit $*" "$pidfile" test -S "$sock"
+  _bench_wait_started "$name" $! "nbdkit $*" "$pidfile" test -S "$sock"
 }
 
-# _bench_wait_started NAME PID WHAT PIDFILE READY-COMMAND...: wait until
-# PIDFILE is written and READY-COMMAND succeeds (the server listens); then
-# the server's own pid (from PIDFILE) goes to NAME.srvpid for bench_stop.
+# _bench_wait_started NAME PID WHAT PIDFILE READY-COMMAND...:
+# server_started, and a server not ready in time is stopped.
 _bench_wait_started ()
 {
-  local name=$1 pid=$2 what=$3 pidfile=$4 i
-  shift 4
-  echo "$pid" > "$bench_tmpdir/$name.bgpid"
-  bench_servers+=("$name")
-  for ((i = 0; i < SERVER_TIMEOUT * 10; i++)); do
-    if [ -s "$pidfile" ] && "$@" 2>/dev/null; then
-      cat "$pidfile" > "$bench_tmpdir/$name.srvpid"
-      return 0
-    fi
-    if ! kill -0 "$pid" 2>/dev/null; then
-      wait "$pid" 2>/dev/null || true
-      rm -f "$bench_tmpdir/$name.bgpid"
-      echo "${0##*/}: server $name exited at startup: $what" >&2
-      sed 's/^/    /' "$bench_tmpdir/$name.log" >&2
-      return 1
-    fi
-    sleep 0.1
-  done
-  echo "${0##*/}: server $name was not ready within ${SERVER_TIMEOUT}s: $what" >&2
-  bench_stop "$name"
-  return 1
+  local r=0
+  server_started "$@" || r=$?
+  [ "$r" -eq 2 ] && bench_stop "$1"
+  [ "$r" -eq 0 ]
 }
 
 # bench_rusage NAME: "CPU_SECONDS MINOR_FAULTS MAJOR_FAULTS MAXRSS_KIB" of
@@ -138,34 +131,28 @@ bench_rusage ()
 # SERVER_TIMEOUT seconds).  Safe to call twice.
 bench_stop ()
 {
-  local name=$1 pidf=$bench_tmpdir/$1.bgpid pid srv i
+  local name=$1 pidf=$bench_tmpdir/$1.bgpid pid srv
   if [ -f "$bench_tmpdir/$name.daemonconf" ]; then
     _bench_stop_daemon "$name"
     return 0
   fi
   [ -f "$pidf" ] || return 0
-  pid=$(cat "$pidf")
-  # The server itself; under a wrapper (GNU time) that never saw the
-  # server's pidfile, the wrapper's children and then the wrapper.
-  srv=$pid
-  if [ -s "$bench_tmpdir/$name.srvpid" ]; then
-    srv=$(cat "$bench_tmpdir/$name.srvpid")
-  elif [ -f "$bench_tmpdir/$name.wrapped" ]; then
+  # A wrapper (GNU time) that never saw the server's pidfile: signal the
+  # wrapper's children and then the wrapper (stop_server signals the
+  # server's own pid when it is known).
+  if [ ! -s "$bench_tmpdir/$name.srvpid" ] &&
+     [ -f "$bench_tmpdir/$name.wrapped" ]; then
+    pid=$(cat "$pidf")
     srv="$(bench_children "$pid") $pid"
+    rm -f "$pidf"
+    # shellcheck disable=SC2086 # srv is a list of pids
+    terminate "$pid" $srv ||
+      echo "${0##*/}: server $name (pid $srv) ignored SIGTERM for ${SERVER_TIMEOUT}s: killed it" >&2
+    wait "$pid" 2>/dev/null || true
+    return 0
   fi
-  rm -f "$pidf" "$bench_tmpdir/$name.srvpid"
-  # shellcheck disable=SC2086 # srv is a list of pids
-  kill -TERM $srv 2>/dev/null || true
-  for ((i = 0; i < SERVER_TIMEOUT * 10; i++)); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    echo "${0##*/}: server $name (pid $srv) ignored SIGTERM for ${SERVER_TIMEOUT}s: killing it" >&2
-    # shellcheck disable=SC2086
-    kill -KILL $srv "$pid" 2>/dev/null || true
-  fi
-  wait "$pid" 2>/dev/null || true
+  # Benchmarks do not judge how a server exits.
+  stop_server "$name" any-status
 }
 
 # bench_stop_all: stop every server still running, newest first (a front
@@ -173,10 +160,10 @@ bench_stop ()
 bench_stop_all ()
 {
   local i
-  for ((i = ${#bench_servers[@]} - 1; i >= 0; i--)); do
-    bench_stop "${bench_servers[i]}"
+  for ((i = ${#server_names[@]} - 1; i >= 0; i--)); do
+    bench_stop "${server_names[i]}"
   done
-  bench_servers=()
+  server_names=()
 }
 
 # ---- servers other than nbdkit ---------------------------------------------
@@ -241,7 +228,7 @@ bench_start_nbd_server ()
     readonly = true
 EOF
   echo "$conf" > "$bench_tmpdir/$name.daemonconf"
-  bench_servers+=("$name")
+  server_names+=("$name")
   if ! nbd-server -C "$conf" -p "$pidfile" </dev/null >"$bench_tmpdir/$name.log" 2>&1; then
     echo "${0##*/}: nbd-server $name failed to start:" >&2
     sed 's/^/    /' "$bench_tmpdir/$name.log" >&2

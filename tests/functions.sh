@@ -21,24 +21,23 @@
 # test_needs="nbdkit filter" or test_needs="" (the default is
 # "nbdkit nbdsh filter"); a missing command skips the test, a filter not
 # built fails it.
-
-set -euo pipefail
+#
+# Library mode (bench/lib.sh): with ra_test_library=1 set before
+# sourcing, only the helpers are defined: no set -e, no checks, no
+# temporary directory, no trap.  The caller sets tmpdir and stops its
+# servers (stop_all_servers).
 
 : "${top_builddir:=$PWD}"
 : "${top_srcdir:=$(cd "$(dirname "$0")/.." && pwd)}"
 : "${NBDKIT:=nbdkit}"
-export top_srcdir top_builddir NBDKIT
-# nbdsh runs "python3 -m nbd": the system python3 must come first.
-PATH=/usr/bin:/bin:$PATH
-export PATH
 
-# The filter as built (not installed).
-FILTER=$top_builddir/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so
-
-# Client commands get this many seconds before they count as a hang.
-CLIENT_TIMEOUT=${CLIENT_TIMEOUT:-120}
+# Client commands get this many seconds before they count as a hang; a
+# server gets SERVER_TIMEOUT seconds to listen, and to exit on SIGTERM.
+: "${CLIENT_TIMEOUT:=120}"
+: "${SERVER_TIMEOUT:=30}"
 
 test_name=$(basename "$0" .sh)
+server_names=()
 
 fail ()
 {
@@ -66,22 +65,6 @@ requires ()
   done
 }
 
-requires timeout
-for need in ${test_needs-nbdkit nbdsh filter}; do
-  case $need in
-    nbdkit) requires "$NBDKIT" ;;
-    nbdsh)
-      requires nbdsh
-      nbdsh -n -c 'import nbd' >/dev/null 2>&1 ||
-        skip "nbdsh cannot import the nbd module (python3-libnbd)" ;;
-    filter) [ -f "$FILTER" ] || fail "the filter is not built: $FILTER" ;;
-    *) fail "functions.sh: unknown need '$need'" ;;
-  esac
-done
-
-# Unix socket paths are limited to 107 bytes: keep the directory short.
-tmpdir=$(mktemp -d /tmp/ra-cache-test.XXXXXX)
-server_names=()
 
 # The pid of server NAME (the nbdkit process itself).
 server_pid ()
@@ -89,35 +72,41 @@ server_pid ()
   cat "$tmpdir/$1.bgpid"
 }
 
-# terminate PID: SIGTERM, then wait up to 30 s for the process to go;
-# if it has not, SIGKILL it and return 1.
+# terminate PID [SIGNAL-PIDS...]: SIGTERM to SIGNAL-PIDS (default PID),
+# then wait up to SERVER_TIMEOUT seconds for PID to go; if it has not,
+# SIGKILL them all and return 1.  (SIGNAL-PIDS: the server under a
+# wrapper such as GNU time, which does not forward SIGTERM.)
 terminate ()
 {
-  local pid=$1 i
-  kill -TERM "$pid" 2>/dev/null || return 0
-  for ((i = 0; i < 300; i++)); do
+  local pid=$1 i; shift
+  local -a sig=("$@")
+  [ ${#sig[@]} -gt 0 ] || sig=("$pid")
+  kill -TERM "${sig[@]}" 2>/dev/null || return 0
+  for ((i = 0; i < SERVER_TIMEOUT * 10; i++)); do
     kill -0 "$pid" 2>/dev/null || return 0
     sleep 0.1
   done
-  kill -KILL "$pid" 2>/dev/null || true
+  kill -KILL "${sig[@]}" "$pid" 2>/dev/null || true
   return 1
 }
 
 # stop_server NAME [any-status]: stop one server: SIGTERM, then wait up
-# to 30 s for it to exit.  A server that hangs at shutdown (reported,
+# to SERVER_TIMEOUT s for it to exit.  A server that hangs at shutdown (reported,
 # then killed) or crashes (any exit status but 0 or 143, which is
 # nbdkit's after a clean shutdown on SIGTERM) fails the test, unless
 # any-status is given (a server that is not the code under test).
 stop_server ()
 {
-  local name=$1 any=${2:-} pid status=0
+  local name=$1 any=${2:-} pid srv status=0
   [ -f "$tmpdir/$name.bgpid" ] || return 0
   pid=$(server_pid "$name")
-  rm -f "$tmpdir/$name.bgpid"
-  if ! terminate "$pid"; then
+  # The server itself, which may run under a wrapper (server_wrapper).
+  srv=$(cat "$tmpdir/$name.srvpid" 2>/dev/null || echo "$pid")
+  rm -f "$tmpdir/$name.bgpid" "$tmpdir/$name.srvpid"
+  if ! terminate "$pid" "$srv"; then
     wait "$pid" 2>/dev/null || true
     echo "$test_name: FAIL: server $name (pid $pid) did not exit" \
-         "within 30 s of SIGTERM" >&2
+         "within $SERVER_TIMEOUT s of SIGTERM" >&2
     return 1
   fi
   wait "$pid" 2>/dev/null || status=$?
@@ -145,12 +134,9 @@ cleanup ()
   for ((i = ${#cleanup_cmds[@]} - 1; i >= 0; i--)); do
     eval "${cleanup_cmds[i]}"
   done
-  # Newest first: a front before the backend it reads from.
-  for ((i = ${#server_names[@]} - 1; i >= 0; i--)); do
-    if ! stop_server "${server_names[i]}" && [ "$status" -eq 0 ]; then
-      status=1
-    fi
-  done
+  if ! stop_all_servers && [ "$status" -eq 0 ]; then
+    status=1
+  fi
   if [ "$status" -ne 0 ] && [ "$status" -ne 77 ]; then
     for name in "${server_names[@]}"; do
       if [ -s "$tmpdir/$name.log" ]; then
@@ -166,8 +152,19 @@ cleanup ()
   fi
   exit "$status"
 }
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP
+
+# stop_all_servers [any-status]: stop every server still running, newest
+# first (a front before the backend it reads from).  Returns 1 if one
+# did not stop cleanly (see stop_server).
+stop_all_servers ()
+{
+  local i r=0
+  for ((i = ${#server_names[@]} - 1; i >= 0; i--)); do
+    stop_server "${server_names[i]}" "$@" || r=1
+  done
+  server_names=()
+  return $r
+}
 
 # start_server NAME NBDKIT-ARGS...
 # Start nbdkit on $tmpdir/NAME.sock, stderr and stdout to $tmpdir/NAME.log,
@@ -176,25 +173,47 @@ trap 'exit 1' INT TERM HUP
 start_server ()
 {
   local name=$1; shift
-  local sock=$tmpdir/$name.sock pidfile=$tmpdir/$name.pid pid i
+  local sock=$tmpdir/$name.sock pidfile=$tmpdir/$name.pid
 
   rm -f "$sock" "$pidfile"
-  "$NBDKIT" -f -U "$sock" -P "$pidfile" "$@" \
+  "${server_wrapper[@]}" "$NBDKIT" -f -U "$sock" -P "$pidfile" "$@" \
     </dev/null >>"$tmpdir/$name.log" 2>&1 &
-  pid=$!
+  server_started "$name" $! "nbdkit $*" "$pidfile" test -S "$sock" ||
+    fail "server $name did not start: nbdkit $*"
+}
+
+# A command that start_server runs nbdkit under (bench/lib.sh: GNU time).
+server_wrapper=()
+
+# server_started NAME PID WHAT PIDFILE READY-COMMAND...: record server
+# NAME, started in the background as PID (NAME.bgpid; stop_server stops
+# it), and wait up to SERVER_TIMEOUT s until PIDFILE is written and
+# READY-COMMAND succeeds (nbdkit writes its pidfile only once its socket
+# listens).  The server's own pid (from PIDFILE) goes to NAME.srvpid.
+# Returns 1, with the server's log on stderr, if it exits at startup, 2
+# if it is still not ready (it is left running for stop_server).
+server_started ()
+{
+  local name=$1 pid=$2 what=$3 pidfile=$4 i
+  shift 4
   echo "$pid" > "$tmpdir/$name.bgpid"
   server_names+=("$name")
-  for ((i = 0; i < 300; i++)); do
-    if [ -S "$sock" ] && [ -s "$pidfile" ]; then
+  for ((i = 0; i < SERVER_TIMEOUT * 10; i++)); do
+    if [ -s "$pidfile" ] && "$@" 2>/dev/null; then
+      cat "$pidfile" > "$tmpdir/$name.srvpid"
       return 0
     fi
     if ! kill -0 "$pid" 2>/dev/null; then
-      cat "$tmpdir/$name.log" >&2
-      fail "server $name exited at startup: nbdkit $*"
+      wait "$pid" 2>/dev/null || true
+      rm -f "$tmpdir/$name.bgpid"
+      echo "$test_name: server $name exited at startup: $what" >&2
+      sed 's/^/    /' "$tmpdir/$name.log" >&2
+      return 1
     fi
     sleep 0.1
   done
-  fail "server $name did not start within 30 s: nbdkit $*"
+  echo "$test_name: server $name was not ready within ${SERVER_TIMEOUT}s: $what" >&2
+  return 2
 }
 
 # The socket and the NBD URI of server NAME.
@@ -329,3 +348,32 @@ wait_for ()
   done
   fail "timed out waiting for: test $*"
 }
+
+# ---- a test (not bench/lib.sh) -------------------------------------------
+if [ -z "${ra_test_library:-}" ]; then
+  set -euo pipefail
+  # The filter as built (not installed).
+  FILTER=$top_builddir/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so
+  export top_srcdir top_builddir NBDKIT
+  # nbdsh runs "python3 -m nbd": the system python3 must come first.
+  PATH=/usr/bin:/bin:$PATH
+  export PATH
+
+  requires timeout
+  for need in ${test_needs-nbdkit nbdsh filter}; do
+    case $need in
+      nbdkit) requires "$NBDKIT" ;;
+      nbdsh)
+        requires nbdsh
+        nbdsh -n -c 'import nbd' >/dev/null 2>&1 ||
+          skip "nbdsh cannot import the nbd module (python3-libnbd)" ;;
+      filter) [ -f "$FILTER" ] || fail "the filter is not built: $FILTER" ;;
+      *) fail "functions.sh: unknown need '$need'" ;;
+    esac
+  done
+
+  # Unix socket paths are limited to 107 bytes: keep the directory short.
+  tmpdir=$(mktemp -d /tmp/ra-cache-test.XXXXXX)
+  trap cleanup EXIT
+  trap 'exit 1' INT TERM HUP
+fi
