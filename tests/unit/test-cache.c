@@ -47,6 +47,47 @@ struct opts {
       .io_max = 128 * KiB, .bg = 4, .thresh = 4,                        \
       .policy = RC_CONGESTION_SKIP, __VA_ARGS__ })
 
+/* ---- the test bed: the checked fixture of every TCase ------------------ */
+
+/* Each test's fake backend (bed_fake) and the cache mk_cache made last
+ * and free_cache has not freed.  bed_teardown frees both after the test,
+ * with free_cache's checks: every worker context closed, no request
+ * outside the export.
+ */
+static struct {
+  struct fake f;
+  bool has_fake;
+  struct rc_cache *c;
+} bed;
+
+static void
+bed_setup (void)
+{
+  memset (&bed, 0, sizeof bed);
+}
+
+static void free_cache (struct rc_cache *c, struct fake *f);
+
+static void
+bed_teardown (void)
+{
+  if (bed.c)
+    free_cache (bed.c, &bed.f);
+  if (bed.has_fake)
+    fake_free (&bed.f);
+  bed.has_fake = false;
+}
+
+/* The test's fake export of size bytes. */
+static struct fake *
+bed_fake (uint64_t size)
+{
+  ck_assert (!bed.has_fake);
+  fake_init (&bed.f, size);
+  bed.has_fake = true;
+  return &bed.f;
+}
+
 static struct rc_cache *mk_cache_nowait (struct fake *f, struct opts o);
 
 static struct rc_cache *
@@ -93,6 +134,8 @@ mk_cache_nowait (struct fake *f, struct opts o)
   ck_assert_msg (bad == NULL, "config: %s", bad);
   c = rc_cache_new (&cfg, &be, cfg.max_background);
   ck_assert (c != NULL);
+  ck_assert (bed.c == NULL);
+  bed.c = c;                    /* bed_teardown frees it if the test does not */
   ck_assert_int_eq (rc_cache_set_export_size (c, f->size), 0);
   rc_cache_connect (c);
   return c;
@@ -101,6 +144,8 @@ mk_cache_nowait (struct fake *f, struct opts o)
 static void
 free_cache (struct rc_cache *c, struct fake *f)
 {
+  if (c == bed.c)
+    bed.c = NULL;
   rc_cache_free (c);
   ck_assert_uint_eq (f->opened, f->closed);
   ck_assert_uint_eq (f->bad, 0);
@@ -196,7 +241,6 @@ xorshift (uint64_t *s)
 static void
 data_for_page_size (uint64_t ps)
 {
-  struct fake f;
   struct opts o = OPTS (.page = ps,
                         .cache = ps >= 64 * KiB ? 4 * MiB : 2 * MiB,
                         .ra_max = 8 * ps,
@@ -212,28 +256,28 @@ data_for_page_size (uint64_t ps)
   size_t k;
   int i;
 
-  fake_init (&f, size);
+  struct fake *f = bed_fake (size);
 
   /* Sequential, each chunk size on a fresh cache. */
   for (k = 0; k < sizeof chunks / sizeof chunks[0]; k++) {
     uint64_t off = 0;
     int n = 0;
 
-    c = mk_cache (&f, o);
+    c = mk_cache (f, o);
     s = rc_stream_new ();
     while (off < size && n++ < 3000) {
       uint32_t len = size - off < chunks[k] ? size - off : chunks[k];
-      RD_OK (c, s, &f, off, len);
+      RD_OK (c, s, f, off, len);
       off += len;
     }
     ASSERT_IDLE (c);
     ck_assert_uint_le (counts (c).pages, counts (c).capacity);
     rc_stream_free (s);
-    free_cache (c, &f);
+    free_cache (c, f);
   }
 
   /* Random and unaligned, on one cache, from several streams. */
-  c = mk_cache (&f, o);
+  c = mk_cache (f, o);
   {
     struct rc_stream *ss[3] = { rc_stream_new (), rc_stream_new (),
                                 rc_stream_new () };
@@ -243,13 +287,13 @@ data_for_page_size (uint64_t ps)
 
       if (len > size - off)
         len = size - off;
-      RD_OK (c, ss[i % 3], &f, off, len);
+      RD_OK (c, ss[i % 3], f, off, len);
     }
     for (i = 0; i < 3; i++)
       rc_stream_free (ss[i]);
   }
   ASSERT_IDLE (c);
-  free_cache (c, &f);
+  free_cache (c, f);
 
   /* The end of the export, on a fresh cache each time. */
   {
@@ -261,25 +305,22 @@ data_for_page_size (uint64_t ps)
       uint64_t off = tail[k].from_end > size ? 0 : size - tail[k].from_end;
       uint32_t len = tail[k].len ? tail[k].len : size - off;
 
-      c = mk_cache (&f, o);
+      c = mk_cache (f, o);
       s = rc_stream_new ();
-      RD_OK (c, s, &f, off, len);
-      RD_OK (c, s, &f, off, len);       /* again, from the cache */
+      RD_OK (c, s, f, off, len);
+      RD_OK (c, s, f, off, len);       /* again, from the cache */
       ASSERT_IDLE (c);
       rc_stream_free (s);
-      free_cache (c, &f);
+      free_cache (c, f);
     }
   }
 
   /* The whole export in one read. */
-  c = mk_cache (&f, o);
+  c = mk_cache (f, o);
   s = rc_stream_new ();
-  RD_OK (c, s, &f, 0, size);
+  RD_OK (c, s, f, 0, size);
   ASSERT_IDLE (c);
   rc_stream_free (s);
-  free_cache (c, &f);
-
-  fake_free (&f);
 }
 
 START_TEST (test_data_512)
@@ -307,13 +348,12 @@ START_TEST (test_zero_length)
 {
   static const uint64_t offs[] = { 0, 100, 4096, 4097, 40000 - 1,
                                    40000 };
-  struct fake f;
   struct rc_cache *c;
   struct rc_stream *s;
   size_t k;
 
-  fake_init (&f, 40000);
-  c = mk_cache (&f, OPTS ());
+  struct fake *f = bed_fake (40000);
+  c = mk_cache (f, OPTS ());
   s = rc_stream_new ();
   for (k = 0; k < sizeof offs / sizeof offs[0]; k++) {
     uint8_t guard = 0x5A;
@@ -323,20 +363,18 @@ START_TEST (test_zero_length)
                       0);
     ck_assert_uint_eq (guard, 0x5A);
     ASSERT_IDLE (c);
-    ck_assert_msg (f.nreqs == 0,
+    ck_assert_msg (f->nreqs == 0,
                    "a zero-length read at %" PRIu64 " read the backend "
-                   "(%" PRIu64 " requests)", offs[k], f.nreqs);
+                   "(%" PRIu64 " requests)", offs[k], f->nreqs);
     ck_assert_uint_eq (counts (c).pages, 0);
     ck_assert_int_eq (rc_fill (c, CLIENT_CTX, 0, offs[k], &err), 0);
     ASSERT_IDLE (c);
-    ck_assert_msg (f.nreqs == 0,
+    ck_assert_msg (f->nreqs == 0,
                    "a zero-length fill at %" PRIu64 " read the backend",
                    offs[k]);
     ck_assert_uint_eq (counts (c).pages, 0);
   }
   rc_stream_free (s);
-  free_cache (c, &f);
-  fake_free (&f);
 }
 END_TEST
 
@@ -346,18 +384,17 @@ END_TEST
  */
 START_TEST (test_many_batches)
 {
-  struct fake f;
   struct rc_cache *c;
   struct rc_stream *s;
   uint64_t off;
 
-  fake_init (&f, 8 * MiB);
-  c = mk_cache (&f, OPTS (.ra_max = 512 * KiB, .io_max = 4 * KiB));
+  struct fake *f = bed_fake (8 * MiB);
+  c = mk_cache (f, OPTS (.ra_max = 512 * KiB, .io_max = 4 * KiB));
   s = rc_stream_new ();
   for (off = 0; off < 2 * MiB; off += 16 * KiB)
-    RD_OK (c, s, &f, off, 16 * KiB);
+    RD_OK (c, s, f, off, 16 * KiB);
   for (; off < 8 * MiB; off += 1 * MiB)
-    RD_OK (c, s, &f, off, 1 * MiB);
+    RD_OK (c, s, f, off, 1 * MiB);
   ASSERT_IDLE (c);
   fprintf (stderr, "many batches: %" PRIu64 " windows, %" PRIu64
            " sync + %" PRIu64 " async pages, %" PRIu64 " misses\n",
@@ -365,8 +402,6 @@ START_TEST (test_many_batches)
            + ST (c, windows[RA_D_OVERSIZE]) + ST (c, windows[RA_E_SEQ_MISS]),
            ST (c, sync_pages), ST (c, async_pages), ST (c, page_misses));
   rc_stream_free (s);
-  free_cache (c, &f);
-  fake_free (&f);
 }
 END_TEST
 
@@ -425,20 +460,19 @@ worked_example (uint64_t io_max)
     { 6, 56, 32, 32 }, { 14, 88, 32, 32 },
   };
   const uint64_t P = 4096;
-  struct fake f;
   struct rc_cache *c;
   struct rc_stream *s;
   size_t from = 0, k = 0;
   int r;
 
-  fake_init (&f, 8 * MiB);
-  c = mk_cache (&f, OPTS (.ra_max = 128 * KiB, .io_max = io_max));
+  struct fake *f = bed_fake (8 * MiB);
+  c = mk_cache (f, OPTS (.ra_max = 128 * KiB, .io_max = io_max));
   s = rc_stream_new ();
   for (r = 0; r < 22; r++) {
     struct want w[64];
     size_t n = 0;
 
-    RD_OK (c, s, &f, (uint64_t) r * 16 * KiB, 16 * KiB);
+    RD_OK (c, s, f, (uint64_t) r * 16 * KiB, 16 * KiB);
     ASSERT_IDLE (c);
     if (k < 5 && win[k].read == r) {
       uint64_t sync_end = win[k].start + win[k].size - win[k].async;
@@ -456,7 +490,7 @@ worked_example (uint64_t io_max)
       }
       k++;
     }
-    expect_reqs (&f, &from, w, n, r);
+    expect_reqs (f, &from, w, n, r);
     ck_assert_uint_eq (ST (c, windows[RA_A_INITIAL]), 1);
     ck_assert_uint_eq (ST (c, windows[RA_B_SEQUENTIAL]), k - 1);
   }
@@ -466,8 +500,6 @@ worked_example (uint64_t io_max)
   ck_assert_uint_eq (counts (c).pages, 120);
   ck_assert_uint_eq (counts (c).unused, 120 - 88);
   rc_stream_free (s);
-  free_cache (c, &f);
-  fake_free (&f);
 }
 
 START_TEST (test_worked_example)
@@ -486,15 +518,14 @@ END_TEST
 START_TEST (test_random_exact)
 {
   const uint64_t P = 4096;
-  struct fake f;
   struct rc_cache *c;
   struct rc_stream *s;
   uint64_t seed = 99;
   unsigned slots[100], i, n = 100;
   size_t from = 0;
 
-  fake_init (&f, 16 * P * (n + 2));
-  c = mk_cache (&f, OPTS ());
+  struct fake *f = bed_fake (16 * P * (n + 2));
+  c = mk_cache (f, OPTS ());
   s = rc_stream_new ();
   /* Slot k is pages [16k, 16k + 8): far from every other read, so no
    * read is next to the previous one (E) or to cached pages (F).
@@ -512,49 +543,44 @@ START_TEST (test_random_exact)
     uint64_t first = off / P, last = (off + len + P - 1) / P;
     struct want w = { first * P, (last - first) * P, true };
 
-    RD_OK (c, s, &f, off, len);
+    RD_OK (c, s, f, off, len);
     ASSERT_IDLE (c);
-    expect_reqs (&f, &from, &w, 1, i);
+    expect_reqs (f, &from, &w, 1, i);
   }
   ck_assert_uint_eq (ST (c, windows[RA_G_RANDOM]), n);
   ck_assert_uint_eq (counts (c).unused, 0);
   rc_stream_free (s);
-  free_cache (c, &f);
-  fake_free (&f);
 }
 END_TEST
 
 /* ra_max = 0: exactly the request, and hits are still served. */
 START_TEST (test_ra_off)
 {
-  struct fake f;
   struct rc_cache *c;
   struct rc_stream *s;
   size_t from = 0;
   uint64_t reads;
   int r;
 
-  fake_init (&f, 4 * MiB);
-  c = mk_cache (&f, OPTS (.ra_max = 0));
+  struct fake *f = bed_fake (4 * MiB);
+  c = mk_cache (f, OPTS (.ra_max = 0));
   s = rc_stream_new ();
   for (r = 0; r < 16; r++) {
     struct want w = { (uint64_t) r * 16 * KiB, 16 * KiB, true };
 
-    RD_OK (c, s, &f, (uint64_t) r * 16 * KiB, 16 * KiB);
+    RD_OK (c, s, f, (uint64_t) r * 16 * KiB, 16 * KiB);
     ASSERT_IDLE (c);
-    expect_reqs (&f, &from, &w, 1, r);
+    expect_reqs (f, &from, &w, 1, r);
   }
   ck_assert_uint_eq (ST (c, windows[RA_OFF]), 16);
   reads = ST (c, backend_reads);
   /* Again, unaligned: all from the cache. */
   for (r = 0; r < 16 * 4; r++)
-    RD_OK (c, s, &f, (uint64_t) r * 4 * KiB + 7, 4 * KiB - 7);
+    RD_OK (c, s, f, (uint64_t) r * 4 * KiB + 7, 4 * KiB - 7);
   ck_assert_uint_eq (ST (c, backend_reads), reads);
-  ck_assert_uint_eq (fake_nlog (&f), from);
+  ck_assert_uint_eq (fake_nlog (f), from);
   ck_assert_uint_ge (ST (c, page_hits), 16 * 4);
   rc_stream_free (s);
-  free_cache (c, &f);
-  fake_free (&f);
 }
 END_TEST
 
@@ -618,7 +644,6 @@ stat_reaches (_Atomic uint64_t *field, uint64_t n)
 START_TEST (test_congestion_skip)
 {
   const uint64_t P = 4096;
-  struct fake f;
   struct rc_cache *c;
   struct rc_stream *s;
   struct bg_read b;
@@ -628,26 +653,26 @@ START_TEST (test_congestion_skip)
   uint64_t misses, off;
   ra_pgoff p;
 
-  fake_init (&f, 4 * MiB);
-  f.delay_ns = 1000000;                 /* a slow backend: 1 ms */
-  c = mk_cache (&f, OPTS (.thresh = 1));
+  struct fake *f = bed_fake (4 * MiB);
+  f->delay_ns = 1000000;                 /* a slow backend: 1 ms */
+  c = mk_cache (f, OPTS (.thresh = 1));
   s = rc_stream_new ();
 
   /* The first window's async part (pages 4-7) is held in flight. */
-  fake_set_gate (&f, true, 4 * P, 8 * P);
-  RD_OK (c, s, &f, 0, 16 * KiB);
-  ck_assert (fake_wait_blocked (&f, 1));
+  fake_set_gate (f, true, 4 * P, 8 * P);
+  RD_OK (c, s, f, 0, 16 * KiB);
+  ck_assert (fake_wait_blocked (f, 1));
   ck_assert_uint_eq (ST (c, windows[RA_A_INITIAL]), 1);
 
   /* The reader reaches the marker (page 4) while it is in flight: the
    * next window [8, 24) is decided with one read running.
    */
-  bg_read_start (&b, c, s, &f, 16 * KiB, 16 * KiB);
+  bg_read_start (&b, c, s, f, 16 * KiB, 16 * KiB);
   ck_assert (stat_reaches (&rc_cache_stats (c)->async_skipped, 1));
-  fake_set_gate (&f, false, 0, 0);
+  fake_set_gate (f, false, 0, 0);
   bg_read_join (&b);
   ck_assert_int_eq (b.r, 0);
-  check_now (&f, b.buf, b.off, b.len);
+  check_now (f, b.buf, b.off, b.len);
   free (b.buf);
 
   ck_assert_uint_eq (ST (c, async_skipped), 1);
@@ -660,7 +685,7 @@ START_TEST (test_congestion_skip)
   ck_assert_uint_eq (n.uptodate, 8);
   for (p = 8; p < 24; p++)
     ck_assert_msg (!cached (c, p), "skipped page %" PRIu64 " cached", p);
-  r = fake_reqs_since (&f, 0, &got);
+  r = fake_reqs_since (f, 0, &got);
   for (i = 0; i < got; i++)
     ck_assert_msg (r[i].offset + r[i].count <= 8 * P,
                    "skipped pages were read: %" PRIu64 "+%u",
@@ -670,18 +695,18 @@ START_TEST (test_congestion_skip)
 
   /* The next read misses at page 8 = start + size: branch B, sync. */
   misses = ST (c, page_misses);
-  RD_OK (c, s, &f, 32 * KiB, 16 * KiB);
+  RD_OK (c, s, f, 32 * KiB, 16 * KiB);
   ck_assert_uint_eq (ST (c, page_misses), misses + 1);
   ck_assert_uint_eq (ST (c, windows[RA_B_SEQUENTIAL]), 2);
   ASSERT_IDLE (c);
   {
     struct want w[2] = { { 8 * P, 4 * P, true }, { 12 * P, 4 * P, false } };
-    expect_reqs (&f, &from, w, 2, 2);
+    expect_reqs (f, &from, w, 2, 2);
   }
 
   /* The stream goes on (skipping more or not): data right, B windows. */
   for (off = 48 * KiB; off < 2 * MiB; off += 16 * KiB)
-    RD_OK (c, s, &f, off, 16 * KiB);
+    RD_OK (c, s, f, off, 16 * KiB);
   ck_assert_uint_gt (ST (c, windows[RA_B_SEQUENTIAL]), 4);
   ASSERT_IDLE (c);
   n = counts (c);
@@ -689,8 +714,6 @@ START_TEST (test_congestion_skip)
   ck_assert_uint_eq (n.pages, n.uptodate);
   ck_assert_uint_eq (ST (c, backend_errors), 0);
   rc_stream_free (s);
-  free_cache (c, &f);
-  fake_free (&f);
 }
 END_TEST
 
@@ -699,18 +722,17 @@ END_TEST
  */
 START_TEST (test_congestion_slow)
 {
-  struct fake f;
   struct rc_cache *c;
   struct rc_stream *s;
   struct rc_pc_counts n;
   uint64_t off;
 
-  fake_init (&f, 4 * MiB);
-  f.delay_ns = 3000000;
-  c = mk_cache (&f, OPTS (.thresh = 1));
+  struct fake *f = bed_fake (4 * MiB);
+  f->delay_ns = 3000000;
+  c = mk_cache (f, OPTS (.thresh = 1));
   s = rc_stream_new ();
   for (off = 0; off < 1 * MiB; off += 16 * KiB)
-    RD_OK (c, s, &f, off, 16 * KiB);
+    RD_OK (c, s, f, off, 16 * KiB);
   ck_assert_uint_gt (ST (c, async_skipped), 0);
   ck_assert_uint_gt (ST (c, windows[RA_B_SEQUENTIAL]), 0);
   ASSERT_IDLE (c);
@@ -718,33 +740,28 @@ START_TEST (test_congestion_slow)
   ck_assert_uint_eq (n.inflight, 0);
   ck_assert_uint_eq (n.pages, n.uptodate);
   rc_stream_free (s);
-  free_cache (c, &f);
-  fake_free (&f);
 }
 END_TEST
 
 /* ra-congestion=wait: async parts are held back, never skipped. */
 START_TEST (test_congestion_wait)
 {
-  struct fake f;
   struct rc_cache *c;
   struct rc_stream *s;
   uint64_t off;
 
-  fake_init (&f, 4 * MiB);
-  f.delay_ns = 2000000;
-  c = mk_cache (&f, OPTS (.thresh = 1, .io_max = 16 * KiB,
+  struct fake *f = bed_fake (4 * MiB);
+  f->delay_ns = 2000000;
+  c = mk_cache (f, OPTS (.thresh = 1, .io_max = 16 * KiB,
                           .policy = RC_CONGESTION_WAIT));
   s = rc_stream_new ();
   for (off = 0; off < 1 * MiB; off += 16 * KiB)
-    RD_OK (c, s, &f, off, 16 * KiB);
+    RD_OK (c, s, f, off, 16 * KiB);
   ck_assert_uint_eq (ST (c, async_skipped), 0);
   ck_assert_uint_gt (ST (c, async_delayed), 0);
   ASSERT_IDLE (c);
   ck_assert_uint_eq (counts (c).inflight, 0);
   rc_stream_free (s);
-  free_cache (c, &f);
-  fake_free (&f);
 }
 END_TEST
 
@@ -753,42 +770,41 @@ END_TEST
 START_TEST (test_sync_error)
 {
   const uint64_t P = 4096;
-  struct fake f;
   struct rc_cache *c;
   struct rc_stream *s;
 
-  fake_init (&f, 4 * MiB);
-  c = mk_cache (&f, OPTS ());
+  struct fake *f = bed_fake (4 * MiB);
+  c = mk_cache (f, OPTS ());
 
   /* By range: the reader gets the backend's errno. */
   s = rc_stream_new ();
-  fake_set_errors (&f, 40 * KiB, 40 * KiB + 1, ENXIO);
-  ck_assert_int_eq (rd (c, s, &f, 40 * KiB, 8 * KiB), ENXIO);
+  fake_set_errors (f, 40 * KiB, 40 * KiB + 1, ENXIO);
+  ck_assert_int_eq (rd (c, s, f, 40 * KiB, 8 * KiB), ENXIO);
   ck_assert_uint_eq (ST (c, backend_errors), 1);
   ASSERT_IDLE (c);
   ck_assert_uint_eq (counts (c).pages, 0);
-  fake_set_errors (&f, 0, 0, 0);
-  RD_OK (c, s, &f, 40 * KiB, 8 * KiB);
+  fake_set_errors (f, 0, 0, 0);
+  RD_OK (c, s, f, 40 * KiB, 8 * KiB);
   rc_stream_free (s);
 
   /* By count. */
   s = rc_stream_new ();
-  f.fail_next = 1;
-  f.fail_errno = EROFS;
-  ck_assert_int_eq (rd (c, s, &f, 100 * KiB, 100), EROFS);
-  RD_OK (c, s, &f, 100 * KiB, 100);
+  f->fail_next = 1;
+  f->fail_errno = EROFS;
+  ck_assert_int_eq (rd (c, s, f, 100 * KiB, 100), EROFS);
+  RD_OK (c, s, f, 100 * KiB, 100);
   rc_stream_free (s);
 
   /* A backend that fails without an errno: EIO. */
   s = rc_stream_new ();
-  f.fail_next = 1;
-  f.fail_errno = 0;
-  ck_assert_int_eq (rd (c, s, &f, 200 * KiB, 100), EIO);
-  RD_OK (c, s, &f, 200 * KiB, 100);
+  f->fail_next = 1;
+  f->fail_errno = 0;
+  ck_assert_int_eq (rd (c, s, f, 200 * KiB, 100), EIO);
+  RD_OK (c, s, f, 200 * KiB, 100);
   rc_stream_free (s);
   ASSERT_IDLE (c);
   ck_assert_uint_eq (counts (c).inflight, 0);
-  free_cache (c, &f);
+  free_cache (c, f);
 
   /* A sync part of several backend reads (io_max 2 pages; pages 20..27,
    * branch G): the third batch fails, read by a worker; the reader
@@ -796,20 +812,20 @@ START_TEST (test_sync_error)
    * (The read starts and ends inside a page: a sync part wholly inside
    * the client's buffer would be one backend read straight into it.)
    */
-  c = mk_cache (&f, OPTS (.io_max = 8 * KiB));
+  c = mk_cache (f, OPTS (.io_max = 8 * KiB));
   s = rc_stream_new ();
-  fake_set_errors (&f, 24 * P, 24 * P + 1, ENOSPC);
-  ck_assert_int_eq (rd (c, s, &f, 20 * P + 1, 8 * P - 2), ENOSPC);
+  fake_set_errors (f, 24 * P, 24 * P + 1, ENOSPC);
+  ck_assert_int_eq (rd (c, s, f, 20 * P + 1, 8 * P - 2), ENOSPC);
   ASSERT_IDLE (c);
   ck_assert_uint_eq (counts (c).pages, 6);
   ck_assert (!cached (c, 24) && !cached (c, 25));
-  fake_set_errors (&f, 0, 0, 0);
+  fake_set_errors (f, 0, 0, 0);
   {
-    size_t from = fake_nlog (&f);
+    size_t from = fake_nlog (f);
     struct want w = { 24 * P, 2 * P, true };
-    RD_OK (c, s, &f, 20 * P + 1, 8 * P - 2);
+    RD_OK (c, s, f, 20 * P + 1, 8 * P - 2);
     ASSERT_IDLE (c);
-    expect_reqs (&f, &from, &w, 1, 0);
+    expect_reqs (f, &from, &w, 1, 0);
   }
 
   /* The same sync part read page-aligned lies wholly in the client's
@@ -818,29 +834,27 @@ START_TEST (test_sync_error)
    * the backend without the filter).
    */
   {
-    size_t from = fake_nlog (&f);
+    size_t from = fake_nlog (f);
     struct rc_stream *s2 = rc_stream_new ();
     struct want w = { 60 * P, 8 * P, true };
-    RD_OK (c, s2, &f, 60 * P, 8 * P);
+    RD_OK (c, s2, f, 60 * P, 8 * P);
     ASSERT_IDLE (c);
-    expect_reqs (&f, &from, &w, 1, 0);
+    expect_reqs (f, &from, &w, 1, 0);
     ck_assert (cached (c, 60) && cached (c, 67));
     rc_stream_free (s2);
   }
 
   /* rc_fill returns the error too. */
-  fake_set_errors (&f, 1 * MiB + 5 * P, 1 * MiB + 5 * P + 1, EPERM);
+  fake_set_errors (f, 1 * MiB + 5 * P, 1 * MiB + 5 * P + 1, EPERM);
   {
     int err = 0;
     ck_assert_int_eq (rc_fill (c, CLIENT_CTX, 64 * KiB, 1 * MiB, &err), -1);
     ck_assert_int_eq (err, EPERM);
   }
-  fake_set_errors (&f, 0, 0, 0);
+  fake_set_errors (f, 0, 0, 0);
   ASSERT_IDLE (c);
   ck_assert_uint_eq (counts (c).inflight, 0);
   rc_stream_free (s);
-  free_cache (c, &f);
-  fake_free (&f);
 }
 END_TEST
 
@@ -850,7 +864,6 @@ END_TEST
 START_TEST (test_async_error)
 {
   const uint64_t P = 4096;
-  struct fake f;
   struct rc_cache *c;
   struct rc_stream *s;
   size_t from, got, i;
@@ -858,21 +871,21 @@ START_TEST (test_async_error)
   bool reread = false;
   ra_pgoff p;
 
-  fake_init (&f, 4 * MiB);
-  c = mk_cache (&f, OPTS ());
+  struct fake *f = bed_fake (4 * MiB);
+  c = mk_cache (f, OPTS ());
   s = rc_stream_new ();
-  fake_set_errors (&f, 4 * P, 8 * P, EIO);
-  RD_OK (c, s, &f, 0, 16 * KiB);
+  fake_set_errors (f, 4 * P, 8 * P, EIO);
+  RD_OK (c, s, f, 0, 16 * KiB);
   ASSERT_IDLE (c);
   ck_assert_uint_eq (ST (c, backend_errors), 1);
   for (p = 4; p < 8; p++)
     ck_assert (!cached (c, p));
   ck_assert_uint_eq (counts (c).pages, 4);
-  fake_set_errors (&f, 0, 0, 0);
-  from = fake_nlog (&f);
-  RD_OK (c, s, &f, 16 * KiB, 16 * KiB);
+  fake_set_errors (f, 0, 0, 0);
+  from = fake_nlog (f);
+  RD_OK (c, s, f, 16 * KiB, 16 * KiB);
   ASSERT_IDLE (c);
-  r = fake_reqs_since (&f, from, &got);
+  r = fake_reqs_since (f, from, &got);
   for (i = 0; i < got; i++)
     if (r[i].offset == 4 * P && r[i].ctx == CLIENT_CTX)
       reread = true;
@@ -880,32 +893,27 @@ START_TEST (test_async_error)
   ck_assert_msg (reread, "the failed pages were not read again on demand");
   ck_assert_uint_eq (counts (c).inflight, 0);
   rc_stream_free (s);
-  free_cache (c, &f);
-  fake_free (&f);
 }
 END_TEST
 
 /* Every worker read fails: a sequential reader never gets an error. */
 START_TEST (test_async_error_persistent)
 {
-  struct fake f;
   struct rc_cache *c;
   struct rc_stream *s;
   uint64_t off;
 
-  fake_init (&f, 4 * MiB);
-  f.fail_workers = true;
-  c = mk_cache (&f, OPTS ());
+  struct fake *f = bed_fake (4 * MiB);
+  f->fail_workers = true;
+  c = mk_cache (f, OPTS ());
   s = rc_stream_new ();
   for (off = 0; off < 2 * MiB; off += 16 * KiB)
-    RD_OK (c, s, &f, off, 16 * KiB);
+    RD_OK (c, s, f, off, 16 * KiB);
   ck_assert_uint_gt (ST (c, backend_errors), 0);
   ASSERT_IDLE (c);
   ck_assert_uint_eq (counts (c).inflight, 0);
   ck_assert_uint_eq (counts (c).pages, counts (c).uptodate);
   rc_stream_free (s);
-  free_cache (c, &f);
-  fake_free (&f);
 }
 END_TEST
 
@@ -929,35 +937,32 @@ check_old_or_new (struct fake *f, const uint8_t *buf, const uint8_t *old,
 START_TEST (test_invalidate_inflight_sync)
 {
   const uint64_t P = 4096;
-  struct fake f;
   struct rc_cache *c;
   struct rc_stream *s;
   struct bg_read b;
   uint8_t old[4096];
 
-  fake_init (&f, 4 * MiB);
-  c = mk_cache (&f, OPTS ());
+  struct fake *f = bed_fake (4 * MiB);
+  c = mk_cache (f, OPTS ());
   s = rc_stream_new ();
-  memcpy (old, f.data + 10 * P, P);
-  fake_set_gate (&f, true, 10 * P, 11 * P);
-  bg_read_start (&b, c, s, &f, 10 * P, P);      /* branch G: page 10 */
-  ck_assert (fake_wait_blocked (&f, 1));        /* holding the old data */
-  fake_write (&f, 10 * P, P);
+  memcpy (old, f->data + 10 * P, P);
+  fake_set_gate (f, true, 10 * P, 11 * P);
+  bg_read_start (&b, c, s, f, 10 * P, P);      /* branch G: page 10 */
+  ck_assert (fake_wait_blocked (f, 1));        /* holding the old data */
+  fake_write (f, 10 * P, P);
   rc_invalidate (c, 10 * P, P);
-  fake_commit (&f, 10 * P, P);
-  fake_set_gate (&f, false, 0, 0);
+  fake_commit (f, 10 * P, P);
+  fake_set_gate (f, false, 0, 0);
   bg_read_join (&b);
   ck_assert_int_eq (b.r, 0);
-  check_old_or_new (&f, b.buf, old, 10 * P, P);
+  check_old_or_new (f, b.buf, old, 10 * P, P);
   free (b.buf);
   ck_assert_uint_ge (ST (c, invalidated_pages), 1);
   ASSERT_IDLE (c);
   /* The old data was not installed. */
-  RD_OK (c, s, &f, 10 * P, P);
-  RD_OK (c, s, &f, 10 * P + 1, P - 2);
+  RD_OK (c, s, f, 10 * P, P);
+  RD_OK (c, s, f, 10 * P + 1, P - 2);
   rc_stream_free (s);
-  free_cache (c, &f);
-  fake_free (&f);
 }
 END_TEST
 
@@ -965,31 +970,28 @@ END_TEST
 START_TEST (test_invalidate_inflight_async)
 {
   const uint64_t P = 4096;
-  struct fake f;
   struct rc_cache *c;
   struct rc_stream *s;
   ra_pgoff p;
 
-  fake_init (&f, 4 * MiB);
-  c = mk_cache (&f, OPTS ());
+  struct fake *f = bed_fake (4 * MiB);
+  c = mk_cache (f, OPTS ());
   s = rc_stream_new ();
-  fake_set_gate (&f, true, 4 * P, 8 * P);
-  RD_OK (c, s, &f, 0, 16 * KiB);                /* async part: 4..7 */
-  ck_assert (fake_wait_blocked (&f, 1));
-  fake_write (&f, 5 * P, 2 * P);
+  fake_set_gate (f, true, 4 * P, 8 * P);
+  RD_OK (c, s, f, 0, 16 * KiB);                /* async part: 4..7 */
+  ck_assert (fake_wait_blocked (f, 1));
+  fake_write (f, 5 * P, 2 * P);
   rc_invalidate (c, 5 * P + 10, 2 * P - 20);
-  fake_commit (&f, 5 * P, 2 * P);
-  fake_set_gate (&f, false, 0, 0);
+  fake_commit (f, 5 * P, 2 * P);
+  fake_set_gate (f, false, 0, 0);
   ASSERT_IDLE (c);
   ck_assert (!cached (c, 5) && !cached (c, 6));
   ck_assert (cached (c, 4) && cached (c, 7));
   for (p = 4; p < 8; p++)
-    RD_OK (c, s, &f, p * P, P);
-  RD_OK (c, s, &f, 0, 8 * P);
+    RD_OK (c, s, f, p * P, P);
+  RD_OK (c, s, f, 0, 8 * P);
   ASSERT_IDLE (c);
   rc_stream_free (s);
-  free_cache (c, &f);
-  fake_free (&f);
 }
 END_TEST
 
@@ -997,35 +999,32 @@ END_TEST
 START_TEST (test_invalidate_cached)
 {
   const uint64_t P = 4096;
-  struct fake f;
   struct rc_cache *c;
   struct rc_stream *s;
   struct rc_pc_counts n;
 
-  fake_init (&f, 4 * MiB);
-  c = mk_cache (&f, OPTS (.ra_max = 0));
+  struct fake *f = bed_fake (4 * MiB);
+  c = mk_cache (f, OPTS (.ra_max = 0));
   s = rc_stream_new ();
-  RD_OK (c, s, &f, 0, 16 * P);
+  RD_OK (c, s, f, 0, 16 * P);
   n = counts (c);
   ck_assert_uint_eq (n.pages, 16);
 
   rc_invalidate (c, 3 * P, 0);                  /* nothing */
   ck_assert_uint_eq (counts (c).pages, 16);
 
-  fake_write (&f, 2 * P + 512, 512);
+  fake_write (f, 2 * P + 512, 512);
   rc_invalidate (c, 2 * P + 600, 1);            /* one byte of page 2 */
   ck_assert (!cached (c, 2));
   ck_assert_uint_eq (counts (c).pages, 15);
-  RD_OK (c, s, &f, 0, 16 * P);
+  RD_OK (c, s, f, 0, 16 * P);
 
-  fake_write (&f, 5 * P - 512, 1024);           /* straddles 4/5 */
+  fake_write (f, 5 * P - 512, 1024);           /* straddles 4/5 */
   rc_invalidate (c, 5 * P - 1, 2);
   ck_assert (!cached (c, 4) && !cached (c, 5) && cached (c, 6));
-  RD_OK (c, s, &f, 4 * P - 100, 2 * P + 200);
-  RD_OK (c, s, &f, 0, 16 * P);
+  RD_OK (c, s, f, 4 * P - 100, 2 * P + 200);
+  RD_OK (c, s, f, 0, 16 * P);
   rc_stream_free (s);
-  free_cache (c, &f);
-  fake_free (&f);
 }
 END_TEST
 
@@ -1038,18 +1037,17 @@ END_TEST
 START_TEST (test_evict_order)
 {
   const uint64_t P = 4096;
-  struct fake f;
   struct rc_cache *c;
   struct rc_stream *s;
   struct rc_pc_counts n;
   unsigned k;
   ra_pgoff p;
 
-  fake_init (&f, 4 * MiB);
-  c = mk_cache (&f, OPTS (.cache = 16 * P, .ra_max = 8 * P, .io_max = 8 * P));
+  struct fake *f = bed_fake (4 * MiB);
+  c = mk_cache (f, OPTS (.cache = 16 * P, .ra_max = 8 * P, .io_max = 8 * P));
   ck_assert_uint_eq (counts (c).capacity, 16);
   s = rc_stream_new ();
-  RD_OK (c, s, &f, 0, 4 * P);           /* window [0, 8): 4..7 ahead */
+  RD_OK (c, s, f, 0, 4 * P);           /* window [0, 8): 4..7 ahead */
   ASSERT_IDLE (c);
   n = counts (c);
   ck_assert_uint_eq (n.pages, 8);
@@ -1059,7 +1057,7 @@ START_TEST (test_evict_order)
   /* Random one-page reads (each a fresh stream: branch G). */
   for (k = 0; k < 12; k++) {
     s = rc_stream_new ();
-    RD_OK (c, s, &f, (100 + 3 * k) * P, P);
+    RD_OK (c, s, f, (100 + 3 * k) * P, P);
     rc_stream_free (s);
     n = counts (c);
     ck_assert_uint_le (n.pages, 16);
@@ -1077,7 +1075,7 @@ START_TEST (test_evict_order)
    */
   for (k = 0; k < 4; k++) {
     s = rc_stream_new ();
-    RD_OK (c, s, &f, (200 + 3 * k) * P, P);
+    RD_OK (c, s, f, (200 + 3 * k) * P, P);
     rc_stream_free (s);
     ck_assert_uint_eq (ST (c, ahead_wasted_pages), k + 1);
   }
@@ -1087,13 +1085,11 @@ START_TEST (test_evict_order)
 
   /* Then random pages, oldest first; nothing more is wasted. */
   s = rc_stream_new ();
-  RD_OK (c, s, &f, 300 * P, P);
+  RD_OK (c, s, f, 300 * P, P);
   rc_stream_free (s);
   ck_assert_uint_eq (ST (c, ahead_wasted_pages), 4);
   ck_assert (!cached (c, 100));
   ck_assert (cached (c, 103));
-  free_cache (c, &f);
-  fake_free (&f);
 }
 END_TEST
 
@@ -1104,20 +1100,19 @@ END_TEST
 START_TEST (test_drop_behind)
 {
   const uint64_t P = 4096;
-  struct fake f;
   struct rc_cache *c;
   struct rc_stream *s;
   struct rc_pc_counts n;
   uint64_t off, seed = 11, misses;
   int i;
 
-  fake_init (&f, 128 * MiB);
-  c = mk_cache (&f, OPTS (.cache = 4 * MiB, .ra_max = 64 * KiB,
+  struct fake *f = bed_fake (128 * MiB);
+  c = mk_cache (f, OPTS (.cache = 4 * MiB, .ra_max = 64 * KiB,
                           .io_max = 64 * KiB));
   ck_assert_uint_eq (counts (c).capacity, 1024);
   s = rc_stream_new ();
   for (off = 0; off < 32 * MiB; off += 16 * KiB)
-    RD_OK (c, s, &f, off, 16 * KiB);
+    RD_OK (c, s, f, off, 16 * KiB);
   ASSERT_IDLE (c);
   n = counts (c);
   /* The pages behind the reader that it keeps (1M, a quarter of this
@@ -1140,33 +1135,31 @@ START_TEST (test_drop_behind)
   for (i = 0; i < 2; i++) {
     s = rc_stream_new ();
     for (off = 0; off < 2 * MiB; off += 16 * KiB)
-      RD_OK (c, s, &f, off, 16 * KiB);
+      RD_OK (c, s, f, off, 16 * KiB);
     rc_stream_free (s);
     ASSERT_IDLE (c);
   }
   misses = ST (c, page_misses);
   s = rc_stream_new ();
   for (off = 0; off < 2 * MiB; off += 16 * KiB)
-    RD_OK (c, s, &f, off, 16 * KiB);
+    RD_OK (c, s, f, off, 16 * KiB);
   rc_stream_free (s);
   ck_assert_uint_eq (ST (c, page_misses), misses);
 
   /* Reading the tail of the stream again keeps those pages (active). */
   s = rc_stream_new ();
-  RD_OK (c, s, &f, 32 * MiB - 64 * KiB, 64 * KiB);
+  RD_OK (c, s, f, 32 * MiB - 64 * KiB, 64 * KiB);
   rc_stream_free (s);
 
   /* Random reads of pages far from each other grow the cache. */
   for (i = 0; i < 600; i++) {
     s = rc_stream_new ();
-    RD_OK (c, s, &f, (40 * MiB / P + (xorshift (&seed) % 4000) * 4) * P, P);
+    RD_OK (c, s, f, (40 * MiB / P + (xorshift (&seed) % 4000) * 4) * P, P);
     rc_stream_free (s);
   }
   n = counts (c);
   ck_assert_uint_gt (n.pages, 256 + 400);
   ck_assert_uint_le (n.pages, 1024);
-  free_cache (c, &f);
-  fake_free (&f);
 }
 END_TEST
 
@@ -1176,31 +1169,30 @@ END_TEST
 START_TEST (test_evict_load)
 {
   const uint64_t P = 4096;
-  struct fake f;
   struct rc_cache *c;
   struct rc_stream *s, *s2;
   uint64_t seed = 7, off;
   int i;
 
-  fake_init (&f, 4 * MiB);
-  c = mk_cache (&f, OPTS (.cache = 16 * P, .ra_max = 8 * P, .io_max = 8 * P));
+  struct fake *f = bed_fake (4 * MiB);
+  c = mk_cache (f, OPTS (.cache = 16 * P, .ra_max = 8 * P, .io_max = 8 * P));
   s = rc_stream_new ();
   s2 = rc_stream_new ();
   for (off = 0; off < 2 * MiB; off += 16 * KiB) {
-    RD_OK (c, s, &f, off, 16 * KiB);
+    RD_OK (c, s, f, off, 16 * KiB);
     ck_assert_uint_le (counts (c).pages, 16);
   }
   ck_assert_uint_gt (ST (c, evictions), 0);
   for (i = 0; i < 500; i++) {
     uint64_t o = xorshift (&seed) % (4 * MiB - 64 * KiB);
     uint32_t len = 1 + xorshift (&seed) % (40 * KiB);
-    RD_OK (c, i & 1 ? s : s2, &f, o, len);
+    RD_OK (c, i & 1 ? s : s2, f, o, len);
     ck_assert_uint_le (counts (c).pages, 16);
   }
   /* Interleaved sequential readers on the tiny cache. */
   for (off = 0; off < 1 * MiB; off += 12 * KiB) {
-    RD_OK (c, s, &f, off, 12 * KiB);
-    RD_OK (c, s2, &f, 2 * MiB + off, 12 * KiB);
+    RD_OK (c, s, f, off, 12 * KiB);
+    RD_OK (c, s2, f, 2 * MiB + off, 12 * KiB);
     ck_assert_uint_le (counts (c).pages, 16);
   }
   ASSERT_IDLE (c);
@@ -1208,8 +1200,6 @@ START_TEST (test_evict_load)
   ck_assert_uint_gt (ST (c, ahead_wasted_pages), 0);
   rc_stream_free (s);
   rc_stream_free (s2);
-  free_cache (c, &f);
-  fake_free (&f);
 }
 END_TEST
 
@@ -1219,7 +1209,6 @@ START_TEST (test_fill)
 {
   const uint64_t P = 4096;
   const uint64_t size = 12 * MiB + 777;
-  struct fake f;
   struct rc_cache *c;
   struct rc_stream *s, *s2;
   uint64_t fill_off = 4 * MiB + 100, fill_len = 5 * MiB, off, expect_off;
@@ -1228,16 +1217,16 @@ START_TEST (test_fill)
   struct req *r;
   int err = 0, b;
 
-  fake_init (&f, size);
-  c = mk_cache (&f, OPTS (.cache = 16 * MiB, .io_max = 4 * MiB));
+  struct fake *f = bed_fake (size);
+  c = mk_cache (f, OPTS (.cache = 16 * MiB, .io_max = 4 * MiB));
   s = rc_stream_new ();
-  RD_OK (c, s, &f, 0, 16 * KiB);                /* window A [0, 8) */
+  RD_OK (c, s, f, 0, 16 * KiB);                /* window A [0, 8) */
   ASSERT_IDLE (c);
-  from = fake_nlog (&f);
+  from = fake_nlog (f);
 
   ck_assert_int_eq (rc_fill (c, CLIENT_CTX, fill_len, fill_off, &err), 0);
   /* Chunks of at most 2 MiB tiling the pages of the range. */
-  r = fake_reqs_since (&f, from, &got);
+  r = fake_reqs_since (f, from, &got);
   expect_off = fill_off / P * P;
   for (i = 0; i < got; i++) {
     ck_assert_uint_eq (r[i].offset, expect_off);
@@ -1252,7 +1241,7 @@ START_TEST (test_fill)
   ASSERT_IDLE (c);
 
   /* The stream was not touched: its marker (page 4) continues in B. */
-  RD_OK (c, s, &f, 16 * KiB, 16 * KiB);
+  RD_OK (c, s, f, 16 * KiB, 16 * KiB);
   ck_assert_uint_eq (ST (c, windows[RA_B_SEQUENTIAL]), 1);
   ASSERT_IDLE (c);
 
@@ -1264,7 +1253,7 @@ START_TEST (test_fill)
   s2 = rc_stream_new ();
   for (off = fill_off; off < fill_off + fill_len; off += 64 * KiB) {
     uint64_t len = fill_off + fill_len - off;
-    RD_OK (c, s2, &f, off, len < 64 * KiB ? len : 64 * KiB);
+    RD_OK (c, s2, f, off, len < 64 * KiB ? len : 64 * KiB);
   }
   ck_assert_uint_eq (ST (c, backend_reads), reads);
   ck_assert_uint_eq (ST (c, page_misses), misses);
@@ -1275,8 +1264,8 @@ START_TEST (test_fill)
 
   /* Past the end of the export: clamped; a filled range: no reads. */
   ck_assert_int_eq (rc_fill (c, CLIENT_CTX, 1 * MiB, size - 1000, &err), 0);
-  ck_assert_uint_eq (f.bad, 0);
-  RD_OK (c, s2, &f, size - 1000, 1000);
+  ck_assert_uint_eq (f->bad, 0);
+  RD_OK (c, s2, f, size - 1000, 1000);
   reads = ST (c, backend_reads);
   ck_assert_int_eq (rc_fill (c, CLIENT_CTX, 1 * MiB, fill_off, &err), 0);
   ck_assert_int_eq (rc_fill (c, CLIENT_CTX, 0, 0, &err), 0);
@@ -1284,8 +1273,6 @@ START_TEST (test_fill)
   ASSERT_IDLE (c);
   rc_stream_free (s);
   rc_stream_free (s2);
-  free_cache (c, &f);
-  fake_free (&f);
 }
 END_TEST
 
@@ -1293,14 +1280,13 @@ END_TEST
 START_TEST (test_fill_small_io)
 {
   const uint64_t P = 4096;
-  struct fake f;
   struct rc_cache *c;
   struct rc_stream *s;
   uint64_t reads;
   int err = 0;
 
-  fake_init (&f, 8 * MiB);
-  c = mk_cache (&f, OPTS (.cache = 8 * MiB, .io_max = 4 * P));
+  struct fake *f = bed_fake (8 * MiB);
+  c = mk_cache (f, OPTS (.cache = 8 * MiB, .io_max = 4 * P));
   ck_assert_int_eq (rc_fill (c, CLIENT_CTX, 3 * MiB, 0, &err), 0);
   ASSERT_IDLE (c);
   ck_assert_msg (counts (c).pages == 3 * MiB / P,
@@ -1308,11 +1294,9 @@ START_TEST (test_fill_small_io)
                  (unsigned) (3 * MiB / P), counts (c).pages);
   reads = ST (c, backend_reads);
   s = rc_stream_new ();
-  RD_OK (c, s, &f, 0, 3 * MiB);
+  RD_OK (c, s, f, 0, 3 * MiB);
   ck_assert_uint_eq (ST (c, backend_reads), reads);
   rc_stream_free (s);
-  free_cache (c, &f);
-  fake_free (&f);
 }
 END_TEST
 
@@ -1502,7 +1486,6 @@ static void
 stress (struct opts o, uint64_t size, long delay_ns, unsigned nthreads,
         unsigned nshared)
 {
-  struct fake f;
   struct stress st;
   struct sthread t[16];
   struct rc_stream *shared = rc_stream_new ();
@@ -1510,13 +1493,13 @@ stress (struct opts o, uint64_t size, long delay_ns, unsigned nthreads,
   unsigned i;
 
   ck_assert (nthreads <= 16);
-  fake_init (&f, size);
-  f.log_on = false;
-  f.delay_ns = delay_ns;
+  struct fake *f = bed_fake (size);
+  f->log_on = false;
+  f->delay_ns = delay_ns;
   memset (&st, 0, sizeof st);
   pthread_mutex_init (&st.msg_lock, NULL);
-  st.c = mk_cache (&f, o);
-  st.f = &f;
+  st.c = mk_cache (f, o);
+  st.f = f;
   st.deadline = now_ns () + (uint64_t) (stress_secs () * 1e9);
   for (i = 0; i < nthreads; i++) {
     t[i].st = &st;
@@ -1546,15 +1529,13 @@ stress (struct opts o, uint64_t size, long delay_ns, unsigned nthreads,
            PRIu64 " delayed, %" PRIu64 " promoted, %" PRIu64 " direct\n",
            atomic_load (&st.reads), atomic_load (&st.bytes) >> 20,
            atomic_load (&st.writes), atomic_load (&st.fills),
-           ST (st.c, backend_reads), f.max_cur, ST (st.c, evictions),
+           ST (st.c, backend_reads), f->max_cur, ST (st.c, evictions),
            ST (st.c, async_skipped), ST (st.c, async_delayed),
            ST (st.c, async_promoted), ST (st.c, direct_reads));
   for (i = nshared; i < nthreads; i++)
     rc_stream_free (t[i].s);
   rc_stream_free (shared);
-  free_cache (st.c, &f);
   pthread_mutex_destroy (&st.msg_lock);
-  fake_free (&f);
 }
 
 START_TEST (test_stress_skip)
@@ -1609,36 +1590,33 @@ wait_connections (struct rc_cache *c, unsigned n)
  */
 START_TEST (test_open_fails)
 {
-  struct fake f;
   struct rc_cache *c;
   struct rc_stream *s;
   uint64_t off;
 
-  fake_init (&f, 8 * MiB);
-  f.open_fail = true;
-  c = mk_cache_nowait (&f, OPTS (.ra_max = 256 * KiB, .io_max = 64 * KiB));
+  struct fake *f = bed_fake (8 * MiB);
+  f->open_fail = true;
+  c = mk_cache_nowait (f, OPTS (.ra_max = 256 * KiB, .io_max = 64 * KiB));
   s = rc_stream_new ();
   for (off = 0; off < 2 * MiB; off += 16 * KiB)
-    RD_OK (c, s, &f, off, 16 * KiB);
+    RD_OK (c, s, f, off, 16 * KiB);
   ASSERT_IDLE (c);
-  ck_assert (all_by_client (&f, 0));
+  ck_assert (all_by_client (f, 0));
   ck_assert_uint_eq (ST (c, async_pages), 0);
   ck_assert_uint_gt (ST (c, async_skipped), 0);
   ck_assert_uint_gt (ST (c, backend_connection_failures), 0);
   ck_assert_uint_eq (rc_cache_connections (c), 0);
 
-  pthread_mutex_lock (&f.lock);
-  f.open_fail = false;
-  pthread_mutex_unlock (&f.lock);
+  pthread_mutex_lock (&f->lock);
+  f->open_fail = false;
+  pthread_mutex_unlock (&f->lock);
   ck_assert_msg (wait_connections (c, 4), "the connections were not "
                  "opened once the backend accepted them");
   for (; off < 6 * MiB; off += 16 * KiB)
-    RD_OK (c, s, &f, off, 16 * KiB);
+    RD_OK (c, s, f, off, 16 * KiB);
   ASSERT_IDLE (c);
   ck_assert_uint_gt (ST (c, async_pages), 0);
   rc_stream_free (s);
-  free_cache (c, &f);
-  fake_free (&f);
 }
 END_TEST
 
@@ -1648,39 +1626,38 @@ END_TEST
  */
 START_TEST (test_open_blocks)
 {
-  struct fake f;
   struct rc_cache *c;
   struct rc_stream *s;
   uint64_t off, t0, deadline;
 
-  fake_init (&f, 8 * MiB);
-  f.open_blocked = true;
+  struct fake *f = bed_fake (8 * MiB);
+  f->open_blocked = true;
   /* A 16 KiB io_max: a 64 KiB read's sync part is several batches. */
-  c = mk_cache_nowait (&f, OPTS (.ra_max = 256 * KiB, .io_max = 16 * KiB));
+  c = mk_cache_nowait (f, OPTS (.ra_max = 256 * KiB, .io_max = 16 * KiB));
   s = rc_stream_new ();
   for (off = 0; off < 2 * MiB; off += 64 * KiB)
-    RD_OK (c, s, &f, off, 64 * KiB);
-  RD_OK (c, s, &f, 5 * MiB, 256 * KiB);
+    RD_OK (c, s, f, off, 64 * KiB);
+  RD_OK (c, s, f, 5 * MiB, 256 * KiB);
   ASSERT_IDLE (c);
-  ck_assert (all_by_client (&f, 0));
-  ck_assert_uint_eq (f.open_waiting, 1);
+  ck_assert (all_by_client (f, 0));
+  ck_assert_uint_eq (f->open_waiting, 1);
   t0 = now_ns ();
   rc_stream_free (s);
   rc_cache_free (c);
+  bed.c = NULL;
   ck_assert_msg (now_ns () - t0 < UINT64_C (5) * 1000000000,
                  "stopping took %.1f s", (now_ns () - t0) / 1e9);
   /* The abandoned open returns now: its context is closed at once. */
-  pthread_mutex_lock (&f.lock);
-  f.open_blocked = false;
-  pthread_cond_broadcast (&f.cond);
-  pthread_mutex_unlock (&f.lock);
+  pthread_mutex_lock (&f->lock);
+  f->open_blocked = false;
+  pthread_cond_broadcast (&f->cond);
+  pthread_mutex_unlock (&f->lock);
   deadline = now_ns () + PATIENCE_NS;
-  while ((f.opened != f.closed || f.open_waiting) && now_ns () < deadline)
+  while ((f->opened != f->closed || f->open_waiting) && now_ns () < deadline)
     sleep_ns (1000000);
-  ck_assert_uint_eq (f.opened, 1);
-  ck_assert_uint_eq (f.closed, 1);
+  ck_assert_uint_eq (f->opened, 1);
+  ck_assert_uint_eq (f->closed, 1);
   sleep_ns (50000000);        /* let the connector thread exit */
-  fake_free (&f);
 }
 END_TEST
 
@@ -1689,25 +1666,24 @@ END_TEST
  */
 START_TEST (test_conn_lost)
 {
-  struct fake f;
   struct rc_cache *c;
   struct rc_stream *s;
   uint64_t off;
 
-  fake_init (&f, 16 * MiB);
-  c = mk_cache (&f, OPTS (.ra_max = 256 * KiB, .io_max = 64 * KiB));
+  struct fake *f = bed_fake (16 * MiB);
+  c = mk_cache (f, OPTS (.ra_max = 256 * KiB, .io_max = 64 * KiB));
   s = rc_stream_new ();
-  pthread_mutex_lock (&f.lock);
-  f.fail_workers = true;
-  f.fail_workers_errno = ENOTCONN;
-  pthread_mutex_unlock (&f.lock);
+  pthread_mutex_lock (&f->lock);
+  f->fail_workers = true;
+  f->fail_workers_errno = ENOTCONN;
+  pthread_mutex_unlock (&f->lock);
   for (off = 0; off < 2 * MiB; off += 16 * KiB)
-    RD_OK (c, s, &f, off, 16 * KiB);
+    RD_OK (c, s, f, off, 16 * KiB);
   ASSERT_IDLE (c);
   ck_assert_uint_gt (ST (c, backend_connections_lost), 0);
-  pthread_mutex_lock (&f.lock);
-  f.fail_workers = false;
-  pthread_mutex_unlock (&f.lock);
+  pthread_mutex_lock (&f->lock);
+  f->fail_workers = false;
+  pthread_mutex_unlock (&f->lock);
   ck_assert_msg (wait_connections (c, 4), "not reopened");
   ck_assert_uint_gt (ST (c, backend_reconnects), 0);
   ck_assert_uint_eq (ST (c, backend_reconnects), ST (c, backend_connections_lost));
@@ -1715,7 +1691,7 @@ START_TEST (test_conn_lost)
     uint64_t before = ST (c, async_pages);
 
     for (; off < 8 * MiB; off += 16 * KiB)
-      RD_OK (c, s, &f, off, 16 * KiB);
+      RD_OK (c, s, f, off, 16 * KiB);
     ASSERT_IDLE (c);
     ck_assert_uint_gt (ST (c, async_pages), before);
   }
@@ -1723,8 +1699,6 @@ START_TEST (test_conn_lost)
   rc_cache_disconnect (c);
   ck_assert_msg (wait_connections (c, 0), "not closed without clients");
   rc_stream_free (s);
-  free_cache (c, &f);
-  fake_free (&f);
 }
 END_TEST
 
@@ -1737,6 +1711,7 @@ cache_suite (void)
   TCase *tc;
 
   tc = tcase_create ("read");
+  tcase_add_checked_fixture (tc, bed_setup, bed_teardown);
   tcase_add_test (tc, test_data_512);
   tcase_add_test (tc, test_data_4k);
   tcase_add_test (tc, test_data_64k);
@@ -1746,6 +1721,7 @@ cache_suite (void)
   suite_add_tcase (s, tc);
 
   tc = tcase_create ("windows");
+  tcase_add_checked_fixture (tc, bed_setup, bed_teardown);
   tcase_add_test (tc, test_worked_example);
   tcase_add_test (tc, test_worked_example_small_io);
   tcase_add_test (tc, test_random_exact);
@@ -1754,6 +1730,7 @@ cache_suite (void)
   suite_add_tcase (s, tc);
 
   tc = tcase_create ("congestion");
+  tcase_add_checked_fixture (tc, bed_setup, bed_teardown);
   tcase_add_test (tc, test_congestion_skip);
   tcase_add_test (tc, test_congestion_slow);
   tcase_add_test (tc, test_congestion_wait);
@@ -1761,6 +1738,7 @@ cache_suite (void)
   suite_add_tcase (s, tc);
 
   tc = tcase_create ("errors");
+  tcase_add_checked_fixture (tc, bed_setup, bed_teardown);
   tcase_add_test (tc, test_sync_error);
   tcase_add_test (tc, test_async_error);
   tcase_add_test (tc, test_async_error_persistent);
@@ -1768,6 +1746,7 @@ cache_suite (void)
   suite_add_tcase (s, tc);
 
   tc = tcase_create ("writes");
+  tcase_add_checked_fixture (tc, bed_setup, bed_teardown);
   tcase_add_test (tc, test_invalidate_inflight_sync);
   tcase_add_test (tc, test_invalidate_inflight_async);
   tcase_add_test (tc, test_invalidate_cached);
@@ -1775,6 +1754,7 @@ cache_suite (void)
   suite_add_tcase (s, tc);
 
   tc = tcase_create ("eviction");
+  tcase_add_checked_fixture (tc, bed_setup, bed_teardown);
   tcase_add_test (tc, test_evict_order);
   tcase_add_test (tc, test_drop_behind);
   tcase_add_test (tc, test_evict_load);
@@ -1782,12 +1762,14 @@ cache_suite (void)
   suite_add_tcase (s, tc);
 
   tc = tcase_create ("fill");
+  tcase_add_checked_fixture (tc, bed_setup, bed_teardown);
   tcase_add_test (tc, test_fill);
   tcase_add_test (tc, test_fill_small_io);
   tcase_set_timeout (tc, 120);
   suite_add_tcase (s, tc);
 
   tc = tcase_create ("connections");
+  tcase_add_checked_fixture (tc, bed_setup, bed_teardown);
   tcase_add_test (tc, test_open_fails);
   tcase_add_test (tc, test_open_blocks);
   tcase_add_test (tc, test_conn_lost);
@@ -1795,6 +1777,7 @@ cache_suite (void)
   suite_add_tcase (s, tc);
 
   tc = tcase_create ("stress");
+  tcase_add_checked_fixture (tc, bed_setup, bed_teardown);
   tcase_add_test (tc, test_stress_skip);
   tcase_add_test (tc, test_stress_wait);
   tcase_set_timeout (tc, 300);
