@@ -134,6 +134,9 @@ cleanup ()
   for ((i = ${#cleanup_cmds[@]} - 1; i >= 0; i--)); do
     eval "${cleanup_cmds[i]}"
   done
+  if ! stop_daemons && [ "$status" -eq 0 ]; then
+    status=1
+  fi
   if ! stop_all_servers && [ "$status" -eq 0 ]; then
     status=1
   fi
@@ -307,6 +310,82 @@ file_stat ()
 {
   local f=$1; shift
   stats_json file "$f" "$@" || fail "cannot read $* from the stats file $f"
+}
+
+# daemon_fails NAME PATTERN ARGS...: nbdkit *without* -f (so it would
+# fork into the background) must refuse these ra-cache parameters: a
+# non-zero exit, an error matching PATTERN on stderr, and no server left
+# behind (no pidfile, no socket).
+daemon_fails ()
+{
+  local name=$1 pattern=$2 status=0 pid; shift 2
+  local sock=$tmpdir/$name.sock pidfile=$tmpdir/$name.pid
+  timeout 60 "$NBDKIT" -U "$sock" -P "$pidfile" --filter="$FILTER" \
+    null 16M "$@" </dev/null >"$tmpdir/$name.out" 2>"$tmpdir/$name.err" ||
+    status=$?
+  if [ -s "$pidfile" ]; then
+    pid=$(cat "$pidfile")
+    kill -TERM "$pid" 2>/dev/null || true
+    fail "nbdkit forked a server (pid $pid) with: $*"
+  fi
+  [ "$status" -ne 0 ] || fail "nbdkit exited 0 with: $*"
+  [ "$status" -ne 124 ] || fail "nbdkit hung with: $*"
+  grep -Eq "error: .*$pattern" "$tmpdir/$name.err" || {
+    cat "$tmpdir/$name.out" "$tmpdir/$name.err"
+    fail "no error matching /$pattern/ on stderr with: $*"
+  }
+  [ ! -e "$sock" ] || fail "nbdkit left its socket behind with: $*"
+  info "refused before forking: $* ($(grep -E 'error:' "$tmpdir/$name.err" | head -n 1))"
+}
+
+# ---- ra-cache daemons: nbdkit without -f ----------------------------------
+# Servers started without -f (daemons) are not children of this shell:
+# stop_daemons stops them by their pidfiles (cleanup does, on every exit
+# path).
+daemons=()
+stop_daemons ()
+{
+  local name pid
+  for name in "${daemons[@]}"; do
+    [ -s "$tmpdir/$name.pid" ] || continue
+    pid=$(cat "$tmpdir/$name.pid")
+    rm -f "$tmpdir/$name.pid"
+    terminate "$pid" || {
+      echo "$test_name: FAIL: daemon $name did not exit on SIGTERM" >&2
+      return 1
+    }
+  done
+}
+
+# start_daemon NAME [DIR] ARGS...: nbdkit without -f, started in
+# directory $tmpdir/NAME.d (made here); returns once it has forked.
+start_daemon ()
+{
+  local name=$1 i; shift
+  mkdir -p "$tmpdir/$name.d"
+  daemons+=("$name")
+  (cd "$tmpdir/$name.d" &&
+     timeout 60 "$NBDKIT" -U "$tmpdir/$name.sock" -P "$tmpdir/$name.pid" \
+       --filter="$FILTER" null 16M "$@" </dev/null \
+       >"$tmpdir/$name.out" 2>"$tmpdir/$name.err") || {
+    cat "$tmpdir/$name.out" "$tmpdir/$name.err"
+    fail "nbdkit (daemon $name) did not start: $*"
+  }
+  # The child writes the pidfile after the fork, as the parent exits.
+  for ((i = 0; i < 300; i++)); do
+    [ -s "$tmpdir/$name.pid" ] && [ -S "$tmpdir/$name.sock" ] && return 0
+    sleep 0.1
+  done
+  fail "daemon $name wrote no pidfile within 30 s"
+}
+
+# stop_daemon NAME: SIGTERM, and wait until it has gone.
+stop_daemon ()
+{
+  local name=$1 pid
+  pid=$(cat "$tmpdir/$name.pid")
+  rm -f "$tmpdir/$name.pid"
+  terminate "$pid" || fail "daemon $name did not exit within 30 s of SIGTERM"
 }
 
 # nbdsh with a timeout: any client command that hangs fails the test.
