@@ -388,6 +388,21 @@ stop_daemon ()
   terminate "$pid" || fail "daemon $name did not exit within 30 s of SIGTERM"
 }
 
+# term_within NAME SECS: SIGTERM ends server NAME within SECS seconds.
+term_within ()
+{
+  local pid i
+  pid=$(server_pid "$1")
+  kill -TERM "$pid"
+  for ((i = 0; i < $2 * 10; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -0 "$pid" 2>/dev/null && fail "$1 still runs $2 s after SIGTERM"
+  wait "$pid" 2>/dev/null || true
+  rm -f "$tmpdir/$1.bgpid"
+}
+
 # nbdsh with a timeout: any client command that hangs fails the test.
 nbdsh_t ()
 {
