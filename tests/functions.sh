@@ -3,8 +3,9 @@
 #   . "${top_srcdir:-$(dirname "$0")/..}/tests/functions.sh"
 #
 # It makes a private temporary directory ($tmpdir), and a trap that on
-# every exit path (success, failure, set -e, signal) stops every nbdkit
-# server started with start_server and removes $tmpdir.  Set
+# every exit path (success, failure, set -e, signal) runs the at_cleanup
+# commands, stops every server started with start_server and every
+# daemon started with start_daemon, and removes $tmpdir.  Set
 # RA_CACHE_KEEP_TMP=1 to keep $tmpdir for a post mortem.
 #
 # Servers listen on Unix sockets only: $tmpdir/NAME.sock.  Each runs in
