@@ -13,7 +13,8 @@
  * order: stream lock, then page cache shard locks), never while reading
  * from the backend or waiting for pages.
  *
- * Congestion (ra-congestion=skip, the default): when a window is
+ * Congestion (ra-congestion=skip, the default; decided by rc_keep_async
+ * in src/readpath.c): when a window is
  * submitted while the backend reads running and queued are at or above
  * the congestion threshold, only the sync part is read.  The async
  * part's new pages are removed from the cache again and ra_drop_async
