@@ -68,21 +68,10 @@
 
 #include "racache/config.h"
 #include "racache/readahead.h"
+#include "racache/readpath.h"
 
 #define PROG "ra-trace"
 
-/* Defaults of the tool (the filter's ra-cache-size and ra-io-max
- * defaults are larger; a trace is usually replayed with the values one
- * means to try).
- */
-#define DEFAULT_PAGE_SIZE  4096u
-#define DEFAULT_RA_MAX     (UINT64_C(4) << 20)
-#define DEFAULT_IO_MAX     (UINT64_C(256) << 10)
-#define DEFAULT_CACHE_SIZE (UINT64_C(64) << 20)
-/* Backend reads at once: the filter's default ra-max-background, which
- * is also its number of workers.
- */
-#define DEFAULT_PARALLEL   12u
 /* --latency and --client-gap: at most an hour. */
 #define MAX_TIME_NS        (UINT64_C(3600) * 1000000000)
 
@@ -482,9 +471,10 @@ struct page {
   bool async;                   /* inserted as part of an async part */
 };
 
+/* The counters the core's struct rc_stats has no field for (the read
+ * path counts reads, hits, misses and waits in struct sim's st).
+ */
 struct counters {
-  uint64_t reads, client_bytes;
-  uint64_t hits, misses;
   uint64_t sync_triggers, async_triggers;
   uint64_t windows[RA_NR_BRANCHES];
   uint64_t sync_inserted, async_inserted;
@@ -493,7 +483,6 @@ struct counters {
   uint64_t evicted;
   uint64_t backend_requests, backend_bytes;
   /* Timing and adaptive mode (printed only with those options). */
-  uint64_t waits;               /* page accesses that waited */
   uint64_t ahead_waits;         /* ... for a read-ahead page in flight */
   uint64_t stall_ns;            /* clock time spent waiting */
   uint64_t late_events;         /* ra_late calls */
@@ -509,12 +498,6 @@ struct backend_read {
   uint64_t seq;                 /* issue order: ties complete in it */
   uint64_t ns;                  /* start to completion: what the model sees */
   ra_pgoff start, count;
-};
-
-/* A batch of the window being submitted, before it is issued. */
-struct sim_batch {
-  ra_pgoff start, count;
-  bool async;
 };
 
 /* Per stream, for adaptive mode and the summary. */
@@ -535,6 +518,7 @@ struct timing {
 };
 
 struct sim {
+  struct rc_config cfg;         /* the filter's configuration (src/config.c) */
   struct ra_params p;
   uint64_t page_size;
   uint64_t capacity;            /* pages */
@@ -547,7 +531,10 @@ struct sim {
   struct page *free_pages;
   ra_pgoff pin_lo, pin_hi;      /* pages of the read in progress */
   uint64_t markers;             /* pages carrying the marker */
+  ra_pgoff window_marker;       /* the page the window being submitted
+                                 * set the marker on, or RA_NO_MARKER */
   struct counters c;
+  struct rc_stats st;           /* the core's counters, as the filter's */
   /* Timing (sim_set_timing; the defaults of sim_init are instant). */
   struct timing tm;
   bool timed;                   /* a latency or a bandwidth limit */
@@ -560,8 +547,8 @@ struct sim {
   size_t nheap, heap_alloc;
   uint64_t seq;
   struct ra_model model;
-  struct sim_batch *batches;    /* of the window being submitted */
-  size_t nbatches, batches_alloc;
+  struct rc_batch *batches;     /* of the window being submitted */
+  unsigned nbatches, batches_alloc;
   struct stream_info *streams;  /* NULL until sim_set_timing */
   size_t nstreams;
   /* Output. */
@@ -635,46 +622,38 @@ hash_resize (struct sim *s, size_t nbuckets)
   free (old);
 }
 
+/* The engine parameters p are the filter's, from the configuration cfg
+ * (rc_engine_params: adapt_min 128K, self_max = threshold - 1 reads of
+ * io_max, parallel = ra-max-background).
+ */
 static void
-sim_init (struct sim *s, const struct ra_params *p, uint64_t cache_pages,
-          bool quiet)
+sim_init (struct sim *s, const struct rc_config *cfg,
+          const struct ra_params *p, bool quiet)
 {
   memset (s, 0, sizeof *s);
+  s->cfg = *cfg;
   s->p = *p;
-  /* Kernel mode until sim_set_timing says otherwise. */
-  s->p.mode = RA_MODE_KERNEL;
-  s->p.adapt_min = s->p.self_max = 0;
-  s->p.parallel = 0;
   s->page_size = UINT64_C (1) << p->page_shift;
-  s->capacity = cache_pages;
+  s->capacity = cfg->cache_size >> p->page_shift;
   s->quiet = quiet;
+  s->congestion_threshold = cfg->congestion_threshold;
   lru_init (&s->unused);
   lru_init (&s->used);
   hash_resize (s, 1024);
   ra_model_init (&s->model);
 }
 
-/* The timing options, and the adaptive parameters as the filter derives
- * them: adapt_min 128K, the congestion threshold of ra-max-background =
- * parallel (3/4 of it, rounded up: 9 for 12) and self_max = threshold - 1
- * reads of io_max.
+/* The timing options (tm->parallel and tm->adaptive are the
+ * configuration's ra-max-background and ra-mode).
  */
 static void
 sim_set_timing (struct sim *s, const struct timing *tm, size_t nstreams)
 {
-  unsigned thr;
-
   s->tm = *tm;
   if (s->tm.parallel == 0)
     s->tm.parallel = 1;
   s->timed = tm->latency_ns > 0 || tm->bandwidth > 0;
   s->extended = s->timed || tm->adaptive || tm->gap_ns > 0;
-  thr = rc_default_congestion_threshold (s->tm.parallel);
-  s->congestion_threshold = thr;
-  s->p.mode = tm->adaptive ? RA_MODE_ADAPTIVE : RA_MODE_KERNEL;
-  s->p.adapt_min = RC_ADAPT_MIN_WINDOW >> s->p.page_shift;
-  s->p.self_max = ra_self_max (thr, s->p.io_max);
-  s->p.parallel = s->tm.parallel;
   s->slot_free = xrealloc (NULL, s->tm.parallel * sizeof *s->slot_free);
   memset (s->slot_free, 0, s->tm.parallel * sizeof *s->slot_free);
   s->nstreams = nstreams;
@@ -813,8 +792,10 @@ sub_insert (void *opaque, ra_pgoff index, bool marker, bool async)
     pg->stamp = ++s->tick;
     lru_push (&s->unused, pg);
   }
-  if (marker)
+  if (marker) {
     s->markers++;
+    s->window_marker = index;
+  }
   s->count++;
   if (s->count > s->nbuckets)
     hash_resize (s, 2 * s->nbuckets);
@@ -1004,8 +985,9 @@ inflight (const struct sim *s)
 
 /* The congestion rule dropped a batch: remove its new pages. */
 static ra_pgoff
-drop_pages (struct sim *s, ra_pgoff start, ra_pgoff count)
+drop_pages (void *opaque, ra_pgoff start, ra_pgoff count)
 {
+  struct sim *s = opaque;
   ra_pgoff i, n = 0;
 
   for (i = start; i < start + count; i++) {
@@ -1060,42 +1042,36 @@ adaptive_inputs (struct sim *s, struct ra_inputs *in)
  */
 static void
 trigger (struct sim *s, struct ra_state *ra, ra_pgoff index, bool marker,
-         ra_pgoff last, const char *kind)
+         ra_pgoff last, const struct rc_read *rd, const char *kind)
 {
   struct ra_window w;
   struct ra_submit_result res = { 0, 0, 0 };
   ra_pgoff dropped = 0;
   uint64_t issued;
   char mbuf[24];
-  size_t b;
+  unsigned b;
 
-  if (s->tm.adaptive) {
-    struct ra_inputs in;
+  struct ra_inputs in;
+  struct rc_congestion cg;
 
+  if (s->tm.adaptive)
     adaptive_inputs (s, &in);
-    ra_ondemand_at (ra, &s->p, &cache_ops, s, index, marker, last - index,
-                    &in, &w);
-  }
-  else
-    ra_ondemand (ra, &s->p, &cache_ops, s, index, marker, last - index, &w);
+  rc_read_decide (ra, &s->p, &cache_ops, s, rd, index, marker, last,
+                  s->tm.adaptive ? &in : NULL, &w);
   s->nbatches = 0;
+  s->window_marker = RA_NO_MARKER;
   if (w.size > 0)
     ra_submit (&w, s->p.io_max, &submit_ops, s, &res);
-  /* The filter's congestion rule (ra-congestion=skip, src/cache.c
-   * submit_window): only speculation past the request is dropped.
+  /* The filter's congestion rule (src/readpath.c): only speculation
+   * past the request is dropped.  (An instant backend has nothing in
+   * flight.)
    */
-  if (s->timed && res.async_pages > 0 &&
-      inflight (s) >= s->congestion_threshold) {
-    size_t j = 0;
-
-    for (b = 0; b < s->nbatches; b++) {
-      if (s->batches[b].async && s->batches[b].start >= last)
-        dropped += drop_pages (s, s->batches[b].start, s->batches[b].count);
-      else
-        s->batches[j++] = s->batches[b];
-    }
-    s->nbatches = j;
-    ra_drop_async (ra, &w, dropped);
+  cg.policy = s->cfg.congestion;
+  cg.inflight = (unsigned) inflight (s);
+  cg.threshold = s->congestion_threshold;
+  if (s->timed && res.async_pages > 0 && !rc_keep_async (&cg)) {
+    dropped = rc_drop_async_batches (ra, &w, last, s->batches, &s->nbatches,
+                                     drop_pages, s);
     if (dropped > 0) {
       s->c.congestion_skips++;
       s->c.pages_skipped += dropped;
@@ -1123,10 +1099,14 @@ trigger (struct sim *s, struct ra_state *ra, ra_pgoff index, bool marker,
   }
   if (s->quiet)
     return;
-  if (w.marker == RA_NO_MARKER)
+  /* The marker column names the page that got the marker: none when the
+   * window's marker page was cached already (submit skips it) or its
+   * async part was dropped.
+   */
+  if (s->window_marker == RA_NO_MARKER || !lookup (s, s->window_marker))
     strcpy (mbuf, "-");
   else
-    snprintf (mbuf, sizeof mbuf, "%" PRIu64, (uint64_t) w.marker);
+    snprintf (mbuf, sizeof mbuf, "%" PRIu64, (uint64_t) s->window_marker);
   printf (ROW_FMT, s->cur_read, s->cur_stream_id, kind,
           ra_branch_name (w.branch),
           (uint64_t) w.start, (uint64_t) w.size, (uint64_t) w.async_size,
@@ -1153,7 +1133,9 @@ late (struct sim *s, struct ra_state *ra, ra_pgoff index)
   struct page *pg;
 
   s->c.late_events++;
-  if (m == RA_NO_MARKER || inflight (s) + reads >= s->congestion_threshold)
+  if (m == RA_NO_MARKER ||
+      !rc_early_trigger_ok ((unsigned) inflight (s), (unsigned) reads,
+                            s->congestion_threshold))
     return;
   pg = lookup (s, m);
   if (!pg || !pg->marker)
@@ -1161,69 +1143,108 @@ late (struct sim *s, struct ra_state *ra, ra_pgoff index)
   pg->marker = false;
   s->markers--;
   s->c.early_triggers++;
-  trigger (s, ra, m, true, m + 1, "early");
+  trigger (s, ra, m, true, m + 1, NULL, "early");
 }
+
+/* The shared read path's ops (src/readpath.c) over the simulation, for
+ * one client read (opaque: struct sim; rd->user: the stream state).
+ */
+static enum rc_access
+sim_access (void *opaque, struct rc_read *rd, ra_pgoff i, uint64_t from,
+            uint64_t to, bool *waited, bool *waited_ahead)
+{
+  struct sim *s = opaque;
+  struct page *pg;
+
+  (void) rd; (void) from; (void) to;
+  *waited = *waited_ahead = false;
+  s->pin_lo = i;
+  pg = lookup (s, i);
+  if (!pg)
+    return RC_ACCESS_ABSENT;
+  if (pg->marker) {
+    pg->marker = false;
+    s->markers--;
+    return RC_ACCESS_MARKER;
+  }
+  if (pg->ready > s->now) {
+    /* In flight: wait for it.  A read-ahead page nobody used yet is
+     * the late case of adaptive mode.
+     */
+    bool ahead = pg->async && !pg->used;
+
+    if (pg->ready == UINT64_MAX)
+      die ("internal error: page %" PRIu64 " was never issued (read %"
+           PRIu64 ")", (uint64_t) i, s->cur_read);
+    *waited = true;
+    *waited_ahead = ahead && s->tm.adaptive;
+    if (ahead)
+      s->c.ahead_waits++;
+    s->c.stall_ns += pg->ready - s->now;
+    set_clock (s, pg->ready);
+  }
+  use_page (s, pg);
+  return RC_ACCESS_COPIED;
+}
+
+static int
+sim_trigger (void *opaque, struct rc_read *rd, ra_pgoff i, bool marker,
+             int *err)
+{
+  (void) err;
+  trigger (opaque, rd->user, i, marker, rd->last, rd,
+           marker ? "async" : "sync");
+  return 0;
+}
+
+static bool
+sim_cached (void *opaque, ra_pgoff i)
+{
+  return lookup (opaque, i) != NULL;
+}
+
+static void
+sim_late (void *opaque, struct rc_read *rd, ra_pgoff i)
+{
+  late (opaque, rd->user, i);
+}
+
+/* The engine failed to read a page it needed, again and again. */
+static int
+sim_direct (void *opaque, struct rc_read *rd, ra_pgoff i, uint64_t from,
+            uint64_t to, int *err)
+{
+  struct sim *s = opaque;
+
+  (void) rd; (void) from; (void) to; (void) err;
+  die ("internal error: page %" PRIu64 " is not cached after a sync "
+       "trigger (read %" PRIu64 "; engine bug?)", (uint64_t) i, s->cur_read);
+}
+
+static const struct rc_read_ops sim_read_ops = {
+  .access = sim_access,
+  .trigger = sim_trigger,
+  .cached = sim_cached,
+  .late = sim_late,
+  .direct = sim_direct,
+};
 
 /* The read path of the spec for one client read. */
 static void
-replay_read (struct sim *s, struct ra_state *ra, const struct trace *t,
-             const struct trace_read *r)
+replay_read (struct sim *s, struct ra_state *ra, const struct trace_read *r)
 {
-  unsigned shift = s->p.page_shift;
-  ra_pgoff index = r->offset >> shift;
-  ra_pgoff last = (r->offset + r->length + s->page_size - 1) >> shift;
-  ra_pgoff i;
+  struct rc_read rd;
+  int err = 0;
 
   s->cur_stream_id = r->stream_id;
   s->cur_stream = r->stream;
-  if (s->c.reads > 0 && s->tm.gap_ns > 0)
+  if (STAT_GET (&s->st, client_reads) > 0 && s->tm.gap_ns > 0)
     set_clock (s, clock_add (s->now, s->tm.gap_ns));
-  s->c.reads++;
-  s->c.client_bytes += r->length;
-  s->pin_hi = last;
-  for (i = index; i < last; i++) {
-    struct page *pg;
-
-    s->pin_lo = i;
-    pg = lookup (s, i);
-    if (!pg) {
-      s->c.misses++;
-      trigger (s, ra, i, false, last, "sync");
-      pg = lookup (s, i);
-      if (!pg)                  /* the engine failed to read the page */
-        line_error (t, r->line, "internal error: page %" PRIu64 " is not "
-                    "cached after a sync trigger (engine bug?)",
-                    (uint64_t) i);
-    }
-    else
-      s->c.hits++;
-    if (pg->marker) {
-      pg->marker = false;
-      s->markers--;
-      trigger (s, ra, i, true, last, "async");
-      pg = lookup (s, i);       /* pinned: still there */
-    }
-    if (pg->ready > s->now) {
-      /* In flight: wait for it.  A read-ahead page nobody used yet is
-       * the late case of adaptive mode.
-       */
-      bool ahead = pg->async && !pg->used;
-
-      if (pg->ready == UINT64_MAX)
-        line_error (t, r->line, "internal error: page %" PRIu64 " was "
-                    "never issued", (uint64_t) i);
-      s->c.waits++;
-      if (ahead)
-        s->c.ahead_waits++;
-      s->c.stall_ns += pg->ready - s->now;
-      set_clock (s, pg->ready);
-      use_page (s, pg);
-      if (ahead && s->tm.adaptive)
-        late (s, ra, i);
-    }
-    else
-      use_page (s, pg);
-  }
+  STAT_ADD (&s->st, client_reads, 1);
+  rc_read_init (&rd, r->offset, r->length, s->p.page_shift);
+  rd.user = ra;
+  s->pin_hi = rd.last;
+  rc_read_path (&sim_read_ops, s, &s->st, s->p.page_shift, &rd, &err);
   ra_update_prev_pos (ra, r->offset + r->length);
   s->pin_lo = s->pin_hi = 0;
   while (s->count > s->capacity && evict_one (s))
@@ -1265,7 +1286,8 @@ print_timing (const struct sim *s, const struct ra_state *states,
 
   print_time_kv ("simulated time:", s->now);
   if (s->now > 0) {
-    double bps = (double) c->client_bytes * 1e9 / (double) s->now;
+    double bps = (double) STAT_GET (&s->st, client_bytes) * 1e9
+      / (double) s->now;
     printf ("%-28s %.0f bytes/s (%.2f MB/s)\n", "client throughput:", bps,
             bps / 1e6);
   }
@@ -1277,7 +1299,7 @@ print_timing (const struct sim *s, const struct ra_state *states,
             100.0 * (double) c->stall_ns / (double) s->now);
   else
     print_time_kv ("stall time:", c->stall_ns);
-  print_kv ("page waits:", c->waits);
+  print_kv ("page waits:", STAT_GET (&s->st, page_waits));
   print_kv ("page waits on read ahead:", c->ahead_waits);
   print_kv ("congestion skips:", c->congestion_skips);
   print_kv ("pages skipped:", c->pages_skipped);
@@ -1333,11 +1355,15 @@ print_summary (const struct sim *s, size_t nstreams)
     nwin += c->windows[k];
 
   printf ("# summary\n");
-  print_kv ("reads:", c->reads);
+  uint64_t hits = STAT_GET (&s->st, page_hits);
+  uint64_t misses = STAT_GET (&s->st, page_misses);
+  uint64_t client_bytes = STAT_GET (&s->st, client_bytes);
+
+  print_kv ("reads:", STAT_GET (&s->st, client_reads));
   print_kv ("streams:", nstreams);
-  print_kv ("client bytes:", c->client_bytes);
-  print_kv_pct ("page hits:", c->hits, c->hits + c->misses, "pages read");
-  print_kv_pct ("page misses:", c->misses, c->hits + c->misses, "pages read");
+  print_kv ("client bytes:", client_bytes);
+  print_kv_pct ("page hits:", hits, hits + misses, "pages read");
+  print_kv_pct ("page misses:", misses, hits + misses, "pages read");
   print_kv ("sync triggers:", c->sync_triggers);
   print_kv ("async triggers:", c->async_triggers);
   print_kv ("windows:", nwin);
@@ -1359,9 +1385,9 @@ print_summary (const struct sim *s, size_t nstreams)
   print_kv ("pages evicted:", c->evicted);
   print_kv ("backend requests:", c->backend_requests);
   print_kv ("backend bytes:", c->backend_bytes);
-  if (c->client_bytes)
+  if (client_bytes)
     printf ("%-28s %.3f\n", "amplification:",
-            (double) c->backend_bytes / (double) c->client_bytes);
+            (double) c->backend_bytes / (double) client_bytes);
   else
     printf ("%-28s -\n", "amplification:");
 }
@@ -1528,12 +1554,6 @@ size_option (const char *opt, const char *arg)
   return v;
 }
 
-static bool
-is_pow2 (uint64_t v)
-{
-  return v != 0 && (v & (v - 1)) == 0;
-}
-
 /* A duration: "0", or a decimal number (an optional fraction of at most
  * 9 digits) followed by a unit ns, us, ms or s.  At most max_ns.
  */
@@ -1597,79 +1617,141 @@ time_option (const char *opt, const char *arg)
 }
 
 #ifndef RA_TRACE_FUZZ
-int
-main (int argc, char *argv[])
+/* The options that are the filter's configuration keys (src/config.c
+ * checks them, with the filter's defaults and ranges).
+ */
+static const struct { const char *option, *key; } config_options[] = {
+  { "page-size", "ra-cache-page-size" },
+  { "ra-max", "ra-max" },
+  { "io-max", "ra-io-max" },
+  { "cache-size", "ra-cache-size" },
+  { "mode", "ra-mode" },
+  { "parallel", "ra-max-background" },
+};
+#define NR_CONFIG_OPTIONS \
+  (sizeof config_options / sizeof config_options[0])
+
+/* What the command line says. */
+struct options {
+  struct rc_config cfg;
+  bool given[NR_CONFIG_OPTIONS]; /* set on the command line */
+  const char *config_file;      /* --config */
+  uint64_t export_size;
+  bool have_export_size, quiet;
+  struct timing tm;
+  const char *trace;            /* NULL: standard input */
+};
+
+/* A message of src/config.c about key: named by the option that set it
+ * when the command line did ("--io-max: ..."), else by the key.
+ */
+static void __attribute__ ((noreturn))
+config_error (const struct options *o, const char *msg)
 {
-  enum { OPT_PAGE_SIZE = 256, OPT_RA_MAX, OPT_IO_MAX, OPT_CACHE_SIZE,
-         OPT_EXPORT_SIZE, OPT_MODE, OPT_LATENCY, OPT_BANDWIDTH, OPT_PARALLEL,
-         OPT_CLIENT_GAP };
+  size_t k;
+
+  for (k = 0; k < NR_CONFIG_OPTIONS; k++) {
+    size_t n = strlen (config_options[k].key);
+
+    if (o->given[k] && strncmp (msg, config_options[k].key, n) == 0 &&
+        msg[n] == ':')
+      die ("--%s%s", config_options[k].option, msg + n);
+  }
+  die ("%s%s%s", o->config_file ? o->config_file : "", o->config_file ?
+       ": " : "", msg);
+}
+
+static void
+config_option (struct options *o, size_t k, const char *value)
+{
+  char err[256];
+
+  o->given[k] = true;
+  if (rc_config_set (&o->cfg, config_options[k].key, value, err,
+                     sizeof err) != 0)
+    config_error (o, err);
+}
+
+static bool
+given_on_command_line (const char *key, void *arg)
+{
+  const struct options *o = arg;
+  size_t k;
+
+  for (k = 0; k < NR_CONFIG_OPTIONS; k++)
+    if (o->given[k] && strcmp (config_options[k].key, key) == 0)
+      return true;
+  return false;
+}
+
+/* The configuration file (the command line overrides it), then the
+ * filter's checks across keys.
+ */
+static void
+finish_config (struct options *o)
+{
+  char err[512];
+  const char *msg;
+
+  if (o->config_file &&
+      rc_config_load_file (&o->cfg, o->config_file, given_on_command_line, o,
+                           err, sizeof err) == -1)
+    die ("%s", err);
+  if ((msg = rc_config_check (&o->cfg, err, sizeof err)) != NULL)
+    config_error (o, msg);
+  o->tm.parallel = o->cfg.max_background;
+  o->tm.adaptive = o->cfg.mode == RC_MODE_ADAPTIVE;
+}
+
+static void
+parse_options (int argc, char *argv[], struct options *o)
+{
+  enum { OPT_CONFIG = 256, OPT_EXPORT_SIZE, OPT_LATENCY, OPT_BANDWIDTH,
+         OPT_CLIENT_GAP, OPT_KEY };
   static const struct option long_options[] = {
-    { "page-size", required_argument, NULL, OPT_PAGE_SIZE },
-    { "ra-max", required_argument, NULL, OPT_RA_MAX },
-    { "io-max", required_argument, NULL, OPT_IO_MAX },
-    { "cache-size", required_argument, NULL, OPT_CACHE_SIZE },
+    { "page-size", required_argument, NULL, OPT_KEY + 0 },
+    { "ra-max", required_argument, NULL, OPT_KEY + 1 },
+    { "io-max", required_argument, NULL, OPT_KEY + 2 },
+    { "cache-size", required_argument, NULL, OPT_KEY + 3 },
+    { "mode", required_argument, NULL, OPT_KEY + 4 },
+    { "parallel", required_argument, NULL, OPT_KEY + 5 },
+    { "config", required_argument, NULL, OPT_CONFIG },
     { "export-size", required_argument, NULL, OPT_EXPORT_SIZE },
-    { "mode", required_argument, NULL, OPT_MODE },
     { "latency", required_argument, NULL, OPT_LATENCY },
     { "bandwidth", required_argument, NULL, OPT_BANDWIDTH },
-    { "parallel", required_argument, NULL, OPT_PARALLEL },
     { "client-gap", required_argument, NULL, OPT_CLIENT_GAP },
     { "quiet", no_argument, NULL, 'q' },
     { "help", no_argument, NULL, 'h' },
     { "version", no_argument, NULL, 'V' },
     { NULL, 0, NULL, 0 }
   };
-  uint64_t page_size = DEFAULT_PAGE_SIZE, ra_max = DEFAULT_RA_MAX;
-  uint64_t io_max = DEFAULT_IO_MAX, cache_size = DEFAULT_CACHE_SIZE;
-  uint64_t export_size = 0;
-  bool have_export_size = false, quiet = false;
-  struct timing tm = { .parallel = DEFAULT_PARALLEL };
-  uint64_t par;
-  struct trace t = { 0 };
-  struct ra_params p;
-  struct ra_state *states;
-  struct sim s;
-  uint64_t *stream_ids;
-  size_t nstreams, i;
-  unsigned shift;
-  FILE *fp;
   int c;
 
+  memset (o, 0, sizeof *o);
+  rc_config_defaults (&o->cfg);
   opterr = 0;                   /* messages of our own, below */
   while ((c = getopt_long (argc, argv, ":qhV", long_options, NULL)) != -1) {
+    if (c >= OPT_KEY && c < OPT_KEY + (int) NR_CONFIG_OPTIONS) {
+      config_option (o, (size_t) (c - OPT_KEY), optarg);
+      continue;
+    }
     switch (c) {
-    case OPT_PAGE_SIZE: page_size = size_option ("page-size", optarg); break;
-    case OPT_RA_MAX: ra_max = size_option ("ra-max", optarg); break;
-    case OPT_IO_MAX: io_max = size_option ("io-max", optarg); break;
-    case OPT_CACHE_SIZE: cache_size = size_option ("cache-size", optarg); break;
+    case OPT_CONFIG: o->config_file = optarg; break;
     case OPT_EXPORT_SIZE:
-      export_size = size_option ("export-size", optarg);
-      have_export_size = true;
+      o->export_size = size_option ("export-size", optarg);
+      if (o->export_size == 0)
+        die ("--export-size: must not be 0");
+      o->have_export_size = true;
       break;
-    case OPT_MODE:
-      if (strcmp (optarg, "kernel") == 0)
-        tm.adaptive = false;
-      else if (strcmp (optarg, "adaptive") == 0)
-        tm.adaptive = true;
-      else
-        die ("--mode: '%s' is neither kernel nor adaptive", optarg);
-      break;
-    case OPT_LATENCY: tm.latency_ns = time_option ("latency", optarg); break;
-    case OPT_CLIENT_GAP: tm.gap_ns = time_option ("client-gap", optarg); break;
+    case OPT_LATENCY: o->tm.latency_ns = time_option ("latency", optarg); break;
+    case OPT_CLIENT_GAP: o->tm.gap_ns = time_option ("client-gap", optarg); break;
     case OPT_BANDWIDTH:
-      tm.bandwidth = size_option ("bandwidth", optarg);
-      if (tm.bandwidth == 0)
+      o->tm.bandwidth = size_option ("bandwidth", optarg);
+      if (o->tm.bandwidth == 0)
         die ("--bandwidth: must not be 0 (leave it out for an unlimited "
              "link)");
       break;
-    case OPT_PARALLEL:
-      if (!parse_number (optarg, strlen (optarg), &par) || par < 1 ||
-          par > RC_MAX_BACKGROUND)
-        die ("--parallel: '%s' is not a number from 1 to %u", optarg,
-             RC_MAX_BACKGROUND);
-      tm.parallel = (unsigned) par;
-      break;
-    case 'q': quiet = true; break;
+    case 'q': o->quiet = true; break;
     case 'h': usage (stdout); exit (EXIT_SUCCESS);
     case 'V':
       printf (PROG " (" PACKAGE_NAME ") " PACKAGE_VERSION "\n");
@@ -1687,96 +1769,93 @@ main (int argc, char *argv[])
   if (argc - optind > 1)
     die ("at most one trace file, found %d arguments (try --help)",
          argc - optind);
+  if (optind < argc && strcmp (argv[optind], "-") != 0)
+    o->trace = argv[optind];
+  finish_config (o);
+}
 
-  /* The filter's ranges (src/config.c), for the tool's options. */
-  if (!is_pow2 (page_size) || page_size < RC_MIN_PAGE_SIZE ||
-      page_size > RC_MAX_PAGE_SIZE)
-    die ("--page-size: %" PRIu64 " must be a power of two from 512 to 1M",
-         page_size);
-  if (ra_max > RC_MAX_RA_MAX)
-    die ("--ra-max: %" PRIu64 " is larger than 1G", ra_max);
-  if (ra_max % page_size)
-    die ("--ra-max: %" PRIu64 " is not a whole number of pages (page size "
-         "%" PRIu64 ")", ra_max, page_size);
-  if (io_max < page_size)
-    die ("--io-max: %" PRIu64 " is smaller than one page (%" PRIu64 ")",
-         io_max, page_size);
-  if (io_max > RC_MAX_IO_MAX)
-    die ("--io-max: %" PRIu64 " is larger than 32M", io_max);
-  if (io_max % page_size)
-    die ("--io-max: %" PRIu64 " is not a whole number of pages (page size "
-         "%" PRIu64 ")", io_max, page_size);
-  if (cache_size < page_size)
-    die ("--cache-size: %" PRIu64 " is smaller than one page (%" PRIu64 ")",
-         cache_size, page_size);
-  if (ra_max > cache_size / 2)
-    die ("--ra-max: %" PRIu64 " is larger than half of --cache-size "
-         "(%" PRIu64 "): windows would evict themselves", ra_max, cache_size);
-  if (have_export_size && export_size == 0)
-    die ("--export-size: must not be 0");
+/* Read the trace named by the options, and settle the export size. */
+static void
+load_trace (struct options *o, struct trace *t)
+{
+  uint64_t page_size = o->cfg.page_size;
+  FILE *fp = stdin;
+  size_t i;
 
-  if (optind < argc && strcmp (argv[optind], "-") != 0) {
-    t.name = argv[optind];
-    fp = fopen (t.name, "r");
-    if (!fp)
-      die ("%s: %s", t.name, strerror (errno));
-  }
-  else {
-    t.name = "<stdin>";
-    fp = stdin;
-  }
-  read_trace (&t, fp);
+  t->name = o->trace ? o->trace : "<stdin>";
+  if (o->trace && (fp = fopen (o->trace, "r")) == NULL)
+    die ("%s: %s", t->name, strerror (errno));
+  read_trace (t, fp);
   if (fp != stdin)
     fclose (fp);
-
-  shift = (unsigned) __builtin_ctzll (page_size);
-  if (have_export_size) {
-    for (i = 0; i < t.nr; i++)
-      if (t.reads[i].offset + t.reads[i].length > export_size)
-        line_error (&t, t.reads[i].line, "read at offset %" PRIu64 " of %"
+  if (o->have_export_size) {
+    for (i = 0; i < t->nr; i++)
+      if (t->reads[i].offset + t->reads[i].length > o->export_size)
+        line_error (t, t->reads[i].line, "read at offset %" PRIu64 " of %"
                     PRIu64 " bytes ends past the export size (%" PRIu64 ")",
-                    t.reads[i].offset, t.reads[i].length, export_size);
+                    t->reads[i].offset, t->reads[i].length, o->export_size);
+    return;
   }
-  else {
-    export_size = (t.max_end + page_size - 1) & ~(page_size - 1);
-    if (t.log_export_size > export_size)
-      export_size = t.log_export_size;
-  }
-  nstreams = number_streams (&t, &stream_ids);
+  o->export_size = (t->max_end + page_size - 1) & ~(page_size - 1);
+  if (t->log_export_size > o->export_size)
+    o->export_size = t->log_export_size;
+}
 
-  p.page_shift = shift;
-  p.ra_max = ra_max >> shift;
-  p.io_max = io_max >> shift;
-  p.export_size = export_size;
-
-  states = xrealloc (NULL, (nstreams ? nstreams : 1) * sizeof *states);
-  for (i = 0; i < nstreams; i++)
-    ra_state_init (&states[i]);
-  sim_init (&s, &p, cache_size >> shift, quiet);
-  sim_set_timing (&s, &tm, nstreams);
+/* The heading lines: the parameters used. */
+static void
+print_heading (const struct sim *s, const struct options *o)
+{
+  unsigned shift = s->p.page_shift;
 
   printf ("# " PROG ": page-size=%" PRIu64 " ra-max=%" PRIu64
           " io-max=%" PRIu64 " cache-size=%" PRIu64 " export-size=%" PRIu64
           "\n# in pages: ra-max=%" PRIu64 " io-max=%" PRIu64
           " cache-size=%" PRIu64 " export-size=%" PRIu64 "\n",
-          page_size, ra_max, io_max, (cache_size >> shift) << shift,
-          export_size, (uint64_t) p.ra_max, (uint64_t) p.io_max,
-          cache_size >> shift, (uint64_t) ra_nr_pages (&p));
-  if (s.extended) {
-    printf ("# timing: mode=%s latency-ns=%" PRIu64 " bandwidth=%" PRIu64
-            " parallel=%u client-gap-ns=%" PRIu64
-            " congestion-threshold=%u\n",
-            tm.adaptive ? "adaptive" : "kernel", tm.latency_ns, tm.bandwidth,
-            tm.parallel, tm.gap_ns, s.congestion_threshold);
-    if (tm.adaptive)
-      printf ("# adaptive, in pages: adapt-min=%" PRIu64 " self-max=%" PRIu64
-              "\n", (uint64_t) s.p.adapt_min, (uint64_t) s.p.self_max);
-  }
-  if (!quiet)
+          o->cfg.page_size, o->cfg.ra_max, o->cfg.io_max,
+          s->capacity << shift, o->export_size, (uint64_t) s->p.ra_max,
+          (uint64_t) s->p.io_max, s->capacity,
+          (uint64_t) ra_nr_pages (&s->p));
+  if (!s->extended)
+    return;
+  printf ("# timing: mode=%s latency-ns=%" PRIu64 " bandwidth=%" PRIu64
+          " parallel=%u client-gap-ns=%" PRIu64 " congestion-threshold=%u\n",
+          s->tm.adaptive ? "adaptive" : "kernel", s->tm.latency_ns,
+          s->tm.bandwidth, s->tm.parallel, s->tm.gap_ns,
+          s->congestion_threshold);
+  if (s->tm.adaptive)
+    printf ("# adaptive, in pages: adapt-min=%" PRIu64 " self-max=%" PRIu64
+            "\n", (uint64_t) s->p.adapt_min, (uint64_t) s->p.self_max);
+}
+
+int
+main (int argc, char *argv[])
+{
+  struct options o;
+  struct trace t = { 0 };
+  struct ra_params p;
+  struct ra_state *states;
+  struct sim s;
+  uint64_t *stream_ids;
+  size_t nstreams, i;
+
+  parse_options (argc, argv, &o);
+  load_trace (&o, &t);
+  nstreams = number_streams (&t, &stream_ids);
+
+  rc_engine_params (&o.cfg, o.cfg.max_background, &p);
+  p.export_size = o.export_size;
+  states = xrealloc (NULL, (nstreams ? nstreams : 1) * sizeof *states);
+  for (i = 0; i < nstreams; i++)
+    ra_state_init (&states[i]);
+  sim_init (&s, &o.cfg, &p, o.quiet);
+  sim_set_timing (&s, &o.tm, nstreams);
+
+  print_heading (&s, &o);
+  if (!o.quiet)
     print_table_header (&s);
   for (i = 0; i < t.nr; i++) {
     s.cur_read = i + 1;
-    replay_read (&s, &states[t.reads[i].stream], &t, &t.reads[i]);
+    replay_read (&s, &states[t.reads[i].stream], &t.reads[i]);
   }
   print_summary (&s, nstreams);
   if (s.extended)
@@ -1786,6 +1865,7 @@ main (int argc, char *argv[])
   free (states);
   free (stream_ids);
   free (t.reads);
+  rc_config_free (&o.cfg);
   if (fflush (stdout) == EOF || ferror (stdout))
     die ("error writing the output: %s", strerror (errno));
   return EXIT_SUCCESS;
