@@ -79,6 +79,9 @@ xrealloc (void *p, size_t n)
 
 /* ---- options ------------------------------------------------------------ */
 
+/* The --help text: one printf of the text (longer than 80 lines, as
+ * the text is).
+ */
 static void
 usage (FILE *fp)
 {
@@ -100,20 +103,26 @@ usage (FILE *fp)
 "Blank lines and '#' comments are ignored.  A line that is neither is an\n"
 "error: \"" PROG ": FILE:LINE: message\", exit status 1.\n"
 "\n"
-"Options (SIZE: bytes, or with a binary suffix k, M, G, T (either case)):\n"
+"Options (SIZE: bytes, or with a binary suffix k, M, G, T (either case)).\n"
+"The filter's parameters, with its defaults and checks, are --page-size\n"
+"(ra-cache-page-size), --ra-max, --io-max (ra-io-max), --cache-size\n"
+"(ra-cache-size), --mode (ra-mode), --parallel (ra-max-background):\n"
+"  --config=FILE       the filter's configuration file (ra-cache-config);\n"
+"                      options override its keys\n"
 "  --page-size=SIZE    cache page, a power of two from 512 to 1M [4K]\n"
 "  --ra-max=SIZE       largest window, whole pages, 0 (off) to 1G, at most\n"
-"                      half of --cache-size [4M]\n"
+"                      half of --cache-size [8M]\n"
 "  --io-max=SIZE       largest backend request, whole pages, one page to\n"
-"                      32M [256K]\n"
+"                      32M [1M]\n"
 "  --cache-size=SIZE   simulated cache, at least one page (rounded down to\n"
-"                      whole pages) [64M]\n"
+"                      whole pages) [256M]\n"
 "  --export-size=SIZE  export size [the largest size= of the log's Connect\n"
 "                      lines and the end of the last page read, whichever\n"
 "                      is larger]; a read past a given size is an error\n"
 "  --mode=MODE         kernel: ra-max is every stream's largest window (as\n"
 "                      Linux); adaptive: each stream's largest window (its\n"
-"                      cap) follows its measured needs, up to ra-max [kernel]\n"
+"                      cap) follows its measured needs, up to ra-max\n"
+"                      [adaptive]\n"
 "  --latency=TIME      backend read latency: a number and a unit ns, us, ms\n"
 "                      or s (20ms, 1.5ms, 500us), or 0 [0: instant]\n"
 "  --bandwidth=SIZE    bytes per second of the backend link, shared by all\n"
@@ -130,8 +139,9 @@ usage (FILE *fp)
 "cached is a sync trigger, a page with the marker an async trigger (the\n"
 "marker is cleared); windows are submitted at once and their pages are up\n"
 "to date at once.  Eviction is LRU, unused pages (not read by a client yet)\n"
-"ageing twice as fast as used ones, as in the filter; the pages of the read\n"
-"in progress are never evicted.\n"
+"ageing twice as fast as used ones (the filter's drop-behind and active\n"
+"list are not simulated yet); the pages of the read in progress are never\n"
+"evicted.\n"
 "\n"
 "Timing (--latency or --bandwidth): a simulation over a virtual clock with\n"
 "one client reading the trace in order, --client-gap between reads.  Each\n"
@@ -162,7 +172,7 @@ usage (FILE *fp)
 "    trigger   sync (page not cached) or async (marker reached)\n"
 "    branch    ondemand branch: A B C D E F G, off (ra-max 0), none (no read)\n"
 "    start size async  the window (clamped to the export); async: async part\n"
-"    marker    the marker page, or -\n"
+"    marker    the page that got the marker, or - (none, or it was cached)\n"
 "    inserted  pages the window inserted (cached pages are skipped)\n"
 "    batches   backend requests it made (at most io-max each; a batch\n"
 "              never mixes the sync and the async part)\n"
@@ -191,14 +201,14 @@ usage (FILE *fp)
 "\n"
 "Example: the worked example of the spec (ra-max 32 pages, 16K reads):\n"
 "  for i in $(seq 0 21); do echo $((i * 16384)) 16384; done |\n"
-"    " PROG " --ra-max=128K --export-size=1G\n"
+"    " PROG " --mode=kernel --ra-max=128K --export-size=1G\n"
 "A 20 ms backend, the kernel's window against adaptive windows:\n"
 "  for i in $(seq 0 4095); do echo $((i * 65536)) 65536; done > seq\n"
 "  " PROG " -q --mode=kernel --ra-max=128K --latency=20ms --bandwidth=1G seq\n"
 "  " PROG " -q --mode=adaptive --ra-max=8M --latency=20ms --bandwidth=1G seq\n"
 "Record real traffic and replay it:\n"
 "  nbdkit --filter=log PLUGIN ... logfile=/tmp/nbd.log\n"
-"  " PROG " --ra-max=1M --cache-size=256M /tmp/nbd.log\n"
+"  " PROG " --config=/etc/ra-cache/ra-cache.conf /tmp/nbd.log\n"
 "\n"
 "Exit status: 0 on success, 1 on any error.  See " PROG "(1).\n");
 }

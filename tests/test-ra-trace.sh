@@ -192,6 +192,25 @@ printf '16384 4096\n0 16384\n' > "$tmpdir/mk.trace"
 2 0 sync A 0 5 1 - 4 1" ] || fail "marker page cached already: $(rows "$tmpdir/mk.out")"
 info "a window whose marker page is cached already: marker -"
 
+# The filter's defaults, and its configuration file: the worked example
+# with ra-max and the mode from a file gives the same output; the
+# command line overrides the file.
+"$RA_TRACE" -q "$tmpdir/we.trace" > "$tmpdir/def.out"
+grep -q '^# ra-trace: page-size=4096 ra-max=8388608 io-max=1048576 cache-size=268435456 ' \
+  "$tmpdir/def.out" || fail "not the filter's defaults: $(head -n 1 "$tmpdir/def.out")"
+grep -q '^# timing: mode=adaptive .* parallel=12 .* congestion-threshold=9$' "$tmpdir/def.out" ||
+  fail "not the filter's default mode and threshold: $(sed -n 3p "$tmpdir/def.out")"
+printf 'ra-max = "128K";\nra-mode = "kernel";\n' > "$tmpdir/ra.conf"
+"$RA_TRACE" --config="$tmpdir/ra.conf" --export-size=1G "$tmpdir/we.trace" |
+  cmp -s - "$tmpdir/we.out" || fail "--config: not the output of the same options"
+"$RA_TRACE" --config="$tmpdir/ra.conf" --ra-max=64K --export-size=1G "$tmpdir/we.trace" |
+  grep -q '^# ra-trace: page-size=4096 ra-max=65536 io-max=1048576 ' ||
+  fail "--ra-max does not override the configuration file"
+printf 'ra-congestion-threshold = 3;\n' > "$tmpdir/thr.conf"
+"$RA_TRACE" -q --config="$tmpdir/thr.conf" --latency=1ms "$tmpdir/we.trace" |
+  grep -q ' congestion-threshold=3$' || fail "--config: ra-congestion-threshold not used"
+info "the filter's defaults; --config, overridden by the options"
+
 # ---- errors: FILE:LINE, exit 1 -------------------------------------------
 # expect_error DESCRIPTION MESSAGE-REGEX RA-TRACE-ARGS... (stdin: $tmpdir/in)
 expect_error ()
@@ -241,6 +260,15 @@ expect_error "default ra-max vs cache" "^ra-trace: ra-max: 8388608 is larger tha
 expect_error "bad size" "^ra-trace: --cache-size: '12X' is not a size" --cache-size=12X
 expect_error "missing file" "^ra-trace: $tmpdir/none: No such file" "$tmpdir/none"
 expect_error "unknown option" "^ra-trace: unknown option '--frobnicate'" --frobnicate
+printf '\nra-max = "2G";\n' > "$tmpdir/bad.conf"
+expect_error "config value" "^ra-trace: $tmpdir/bad.conf:2: ra-max: 2147483648 is larger than 1G" \
+  --config="$tmpdir/bad.conf"
+printf 'ra-max = "6k";\n' > "$tmpdir/bad.conf"
+expect_error "config check" "^ra-trace: $tmpdir/bad.conf: ra-max: 6144 is not a whole number of pages" \
+  --config="$tmpdir/bad.conf"
+printf 'ra-frob = 1;\n' > "$tmpdir/bad.conf"
+expect_error "config key" "^ra-trace: $tmpdir/bad.conf:1: ra-frob: unknown key" --config="$tmpdir/bad.conf"
+expect_error "config missing" "^ra-trace: $tmpdir/none.conf: cannot read" --config="$tmpdir/none.conf"
 info "bad input and bad options: clear messages, exit 1"
 
 # ---- timing: a 20 ms backend over a 1 GiB/s link ---------------------------
