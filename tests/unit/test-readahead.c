@@ -685,9 +685,11 @@ END_TEST
 /* h <= req goes to G.
  * 96..99 cached, read 4 at 100: h = 4 <= 4 -> G (100, 4, 0, none).
  * 97..99 cached: h = 3 -> G.
- * The look-back is at most max: ra_max 8, 0..19 cached, read 8 at 20:
- * h = 8 (not 20, so it does not reach page 0 and is not doubled), 8 <= 8
- * -> G (20, 8, 0, none).
+ * The look-back is at most max - 1, as Linux 5.18 counts
+ * (count_history_pages): ra_max 8, 0..19 cached, read 8 at 20: h = 7
+ * (not 20, so it does not reach page 0 and is not doubled), 7 <= 8 -> G
+ * (20, 8, 0, none).  Read 7 at 20: h = 7 <= 7 -> G (20, 7, 0, none)
+ * (counting max pages, 8 > 7, it would be F).
  */
 START_TEST (test_F_short_history_G)
 {
@@ -710,6 +712,12 @@ START_TEST (test_F_short_history_G)
   sim_cache_range (s, 0, 20);
   ck_assert_int_eq (sim_read_pages (s, 20, 8, w, 4), 1);
   ck_win (w[0], RA_G_RANDOM, 20, 8, 0, NOM);
+  free (s);
+
+  s = sim_new (12, 8, 8, (uint64_t) SIM_PAGES << 12);
+  sim_cache_range (s, 0, 20);
+  ck_assert_int_eq (sim_read_pages (s, 20, 7, w, 4), 1);
+  ck_win (w[0], RA_G_RANDOM, 20, 7, 0, NOM);
   free (s);
 }
 END_TEST
