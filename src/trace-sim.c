@@ -240,14 +240,14 @@ evict_one (struct sim *s)
     return false;
   if (!victim->used) {
     if (victim->async) {
-      s->c.ra_evicted_unused++;
+      STAT_ADD (&s->st, ahead_wasted, 1);
       if (s->streams && victim->owner < s->nstreams)
         s->streams[victim->owner].wasted++;
     }
     else
       s->c.sync_evicted_unused++;
   }
-  s->c.evicted++;
+  STAT_ADD (&s->st, evictions, 1);
   remove_page (s, victim);
   return true;
 }
@@ -309,9 +309,9 @@ sub_insert (void *opaque, ra_pgoff index, bool marker, bool async)
   if (s->count > s->nbuckets)
     hash_resize (s, 2 * s->nbuckets);
   if (async)
-    s->c.async_inserted++;
+    STAT_ADD (&s->st, async_pages, 1);
   else
-    s->c.sync_inserted++;
+    STAT_ADD (&s->st, sync_pages, 1);
   return true;
 }
 
@@ -451,8 +451,8 @@ issue_batch (struct sim *s, ra_pgoff start, ra_pgoff count)
   /* The last page of the export may be partial: read what exists. */
   if (to > s->p.export_size)
     to = s->p.export_size;
-  s->c.backend_requests++;
-  s->c.backend_bytes += to > from ? to - from : 0;
+  STAT_ADD (&s->st, backend_reads, 1);
+  STAT_ADD (&s->st, backend_bytes, to > from ? to - from : 0);
   if (!s->timed) {              /* instant: up to date already */
     ra_model_sample (&s->model, count, 0);
     return;
@@ -504,7 +504,7 @@ drop_pages (void *opaque, ra_pgoff start, ra_pgoff count)
 
     if (pg && !pg->used && pg->ready == UINT64_MAX) {
       remove_page (s, pg);
-      s->c.async_inserted--;
+      STAT_SUB (&s->st, async_pages, 1);
       n++;
     }
   }
@@ -582,8 +582,8 @@ trigger (struct sim *s, struct ra_state *ra, ra_pgoff index, bool marker,
     dropped = rc_drop_async_batches (ra, &w, last, s->batches, &s->nbatches,
                                      drop_pages, s);
     if (dropped > 0) {
-      s->c.congestion_skips++;
-      s->c.pages_skipped += dropped;
+      STAT_ADD (&s->st, async_skipped, 1);
+      STAT_ADD (&s->st, async_skipped_pages, dropped);
     }
   }
   issued = s->nbatches;
@@ -595,7 +595,7 @@ trigger (struct sim *s, struct ra_state *ra, ra_pgoff index, bool marker,
     s->c.async_triggers++;
   else
     s->c.sync_triggers++;
-  s->c.windows[w.branch < RA_NR_BRANCHES ? w.branch : RA_NONE]++;
+  STAT_ADD (&s->st, windows[w.branch < RA_NR_BRANCHES ? w.branch : RA_NONE], 1);
   if (w.size > s->c.largest_window)
     s->c.largest_window = w.size;
   if (s->streams && s->cur_stream < s->nstreams) {
@@ -641,7 +641,7 @@ late (struct sim *s, struct ra_state *ra, ra_pgoff index)
   uint64_t reads = (ra->ad.cap + s->p.io_max - 1) / s->p.io_max;
   struct page *pg;
 
-  s->c.late_events++;
+  STAT_ADD (&s->st, adapt_late, 1);
   if (m == RA_NO_MARKER ||
       !rc_early_trigger_ok ((unsigned) inflight (s), (unsigned) reads,
                             s->congestion_threshold))
@@ -651,7 +651,7 @@ late (struct sim *s, struct ra_state *ra, ra_pgoff index)
     return;
   pg->marker = false;
   s->markers--;
-  s->c.early_triggers++;
+  STAT_ADD (&s->st, adapt_early, 1);
   trigger (s, ra, m, true, m + 1, NULL, "early");
 }
 
@@ -810,8 +810,8 @@ print_timing (const struct sim *s, const struct ra_state *states,
     print_time_kv ("stall time:", c->stall_ns);
   print_kv ("page waits:", STAT_GET (&s->st, page_waits));
   print_kv ("page waits on read ahead:", c->ahead_waits);
-  print_kv ("congestion skips:", c->congestion_skips);
-  print_kv ("pages skipped:", c->pages_skipped);
+  print_kv ("congestion skips:", STAT_GET (&s->st, async_skipped));
+  print_kv ("pages skipped:", STAT_GET (&s->st, async_skipped_pages));
   if (ra_model_estimate (&s->model, &lat, &page)) {
     printf ("%-28s %.0f ns (%.3f ms)\n", "model latency:", lat, lat / 1e6);
     printf ("%-28s %.1f ns\n", "model cost per page:", page);
@@ -823,8 +823,8 @@ print_timing (const struct sim *s, const struct ra_state *states,
   print_kv ("largest window:", c->largest_window);
   if (!s->tm.adaptive)
     return;
-  print_kv ("late events:", c->late_events);
-  print_kv ("early triggers:", c->early_triggers);
+  print_kv ("late events:", STAT_GET (&s->st, adapt_late));
+  print_kv ("early triggers:", STAT_GET (&s->st, adapt_early));
   for (i = 0; i < s->nstreams; i++) {
     char key[48];
 
@@ -861,7 +861,7 @@ print_summary (const struct sim *s, size_t nstreams)
       }
   }
   for (k = 0; k < RA_NR_BRANCHES; k++)
-    nwin += c->windows[k];
+    nwin += STAT_GET (&s->st, windows[k]);
 
   printf ("# summary\n");
   uint64_t hits = STAT_GET (&s->st, page_hits);
@@ -880,23 +880,23 @@ print_summary (const struct sim *s, size_t nstreams)
     char key[32];
 
     snprintf (key, sizeof key, "windows %s:", ra_branch_name (order[k]));
-    print_kv (key, c->windows[order[k]]);
+    print_kv (key, STAT_GET (&s->st, windows[order[k]]));
   }
-  print_kv ("pages inserted:", c->sync_inserted + c->async_inserted);
-  print_kv ("sync part pages:", c->sync_inserted);
-  print_kv ("pages read ahead:", c->async_inserted);
+  print_kv ("pages inserted:", STAT_GET (&s->st, sync_pages) + STAT_GET (&s->st, async_pages));
+  print_kv ("sync part pages:", STAT_GET (&s->st, sync_pages));
+  print_kv ("pages read ahead:", STAT_GET (&s->st, async_pages));
   print_kv_pct ("read ahead never used:",
-                c->ra_evicted_unused + ra_unused_end, c->async_inserted,
+                STAT_GET (&s->st, ahead_wasted) + ra_unused_end, STAT_GET (&s->st, async_pages),
                 "read ahead");
-  print_kv ("read ahead evicted unused:", c->ra_evicted_unused);
+  print_kv ("read ahead evicted unused:", STAT_GET (&s->st, ahead_wasted));
   print_kv ("read ahead unused at end:", ra_unused_end);
   print_kv ("sync part never used:", c->sync_evicted_unused + sync_unused_end);
-  print_kv ("pages evicted:", c->evicted);
-  print_kv ("backend requests:", c->backend_requests);
-  print_kv ("backend bytes:", c->backend_bytes);
+  print_kv ("pages evicted:", STAT_GET (&s->st, evictions));
+  print_kv ("backend requests:", STAT_GET (&s->st, backend_reads));
+  print_kv ("backend bytes:", STAT_GET (&s->st, backend_bytes));
   if (client_bytes)
     printf ("%-28s %.3f\n", "amplification:",
-            (double) c->backend_bytes / (double) client_bytes);
+            (double) STAT_GET (&s->st, backend_bytes) / (double) client_bytes);
   else
     printf ("%-28s -\n", "amplification:");
 }

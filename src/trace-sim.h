@@ -34,24 +34,20 @@ struct page {
   bool async;                   /* inserted as part of an async part */
 };
 
-/* The counters the core's struct rc_stats has no field for (the read
- * path counts reads, hits, misses and waits in struct sim's st).
+/* The counters the core's struct rc_stats has no field for.  The rest
+ * are in struct sim's st, under the filter's names: client_reads,
+ * client_bytes, page_hits, page_misses, page_waits (the read path counts
+ * them), windows, sync_pages and async_pages (pages inserted),
+ * ahead_wasted (read ahead, evicted unused), evictions, backend_reads,
+ * backend_bytes, async_skipped and async_skipped_pages (windows and
+ * pages the congestion rule dropped), adapt_late and adapt_early.
  */
 struct counters {
   uint64_t sync_triggers, async_triggers;
-  uint64_t windows[RA_NR_BRANCHES];
-  uint64_t sync_inserted, async_inserted;
-  uint64_t ra_evicted_unused;   /* async pages evicted before any use */
-  uint64_t sync_evicted_unused; /* sync part pages likewise */
-  uint64_t evicted;
-  uint64_t backend_requests, backend_bytes;
+  uint64_t sync_evicted_unused; /* sync part pages evicted before any use */
   /* Timing and adaptive mode (printed only with those options). */
-  uint64_t ahead_waits;         /* ... for a read-ahead page in flight */
+  uint64_t ahead_waits;         /* waits for a read-ahead page in flight */
   uint64_t stall_ns;            /* clock time spent waiting */
-  uint64_t late_events;         /* ra_late calls */
-  uint64_t early_triggers;      /* async triggers made early by them */
-  uint64_t congestion_skips;    /* windows whose async part was skipped */
-  uint64_t pages_skipped;       /* its pages */
   ra_pgoff largest_window;
 };
 
