@@ -152,10 +152,15 @@ replay (uint64_t h)
       fprintf (stderr, "read %zu: hits + misses is not its page count\n", i);
       abort ();
     }
-    if (s.count > s.capacity) {
-      fprintf (stderr, "read %zu: %zu pages cached, capacity %" PRIu64 "\n",
-               i, s.count, s.capacity);
-      abort ();
+    {
+      struct rc_pc_counts pcc;
+
+      rc_pc_counts (s.pc, &pcc);
+      if (pcc.pages > s.capacity) {
+        fprintf (stderr, "read %zu: %" PRIu64 " pages cached, capacity %"
+                 PRIu64 "\n", i, pcc.pages, s.capacity);
+        abort ();
+      }
     }
   }
 }

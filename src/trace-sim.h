@@ -21,19 +21,6 @@
 void rt_fatal (const char *fmt, ...)
   __attribute__ ((noreturn, format (printf, 1, 2)));
 
-struct page {
-  ra_pgoff index;
-  struct page *hnext;           /* hash chain */
-  struct page *lprev, *lnext;   /* LRU list (newest at the head); NULL
-                                 * while in flight (timed replay) */
-  uint64_t stamp;               /* tick when put on its list */
-  uint64_t ready;               /* clock (ns) when its read completes */
-  size_t owner;                 /* stream (dense index) that inserted it */
-  bool marker;                  /* carries the marker */
-  bool used;                    /* a client read it */
-  bool async;                   /* inserted as part of an async part */
-};
-
 /* The counters the core's struct rc_stats has no field for.  The rest
  * are in struct sim's st, under the filter's names: client_reads,
  * client_bytes, page_hits, page_misses, page_waits (the read path counts
@@ -44,7 +31,6 @@ struct page {
  */
 struct counters {
   uint64_t sync_triggers, async_triggers;
-  uint64_t sync_evicted_unused; /* sync part pages evicted before any use */
   /* Timing and adaptive mode (printed only with those options). */
   uint64_t ahead_waits;         /* waits for a read-ahead page in flight */
   uint64_t stall_ns;            /* clock time spent waiting */
@@ -61,8 +47,6 @@ struct backend_read {
 
 /* Per stream, for adaptive mode and the summary. */
 struct stream_info {
-  uint64_t wasted;              /* read-ahead pages evicted unused, not yet
-                                 * handed to the engine */
   ra_pgoff largest_window;
   ra_pgoff largest_cap;
 };
@@ -81,15 +65,12 @@ struct sim {
   struct ra_params p;
   uint64_t page_size;
   uint64_t capacity;            /* pages */
-  struct page **buckets;
-  size_t nbuckets;              /* power of two */
-  unsigned bucket_shift;        /* 64 - log2 (nbuckets) */
-  size_t count;
-  struct page unused, used;     /* LRU list sentinels */
-  uint64_t tick;
-  struct page *free_pages;
-  ra_pgoff pin_lo, pin_hi;      /* pages of the read in progress */
-  uint64_t markers;             /* pages carrying the marker */
+  /* The filter's page cache (src/pagecache.c) without page data: its
+   * lists, eviction, drop-behind reserve and counters.
+   */
+  struct rc_pagecache *pc;
+  ra_pgoff again_page;          /* see rc_pc_access's again */
+  bool cur_random;              /* the window being submitted is G's */
   ra_pgoff window_marker;       /* the page the window being submitted
                                  * set the marker on, or RA_NO_MARKER */
   struct counters c;
