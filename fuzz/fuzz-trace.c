@@ -10,8 +10,9 @@
  * RA_TRACE_FUZZ_VERBOSE=1 to see the messages.
  *
  * The input is the trace, as a file (read with trace_read_file, the
- * tool's own function).  When the accepted reads cover at most MAX_REPLAY_PAGES
- * pages they are replayed as the tool does without --export-size, with
+ * tool's own function).  When the accepted reads cover at most
+ * MAX_REPLAY_PAGES pages, none more than MAX_READ_OVER_CACHE times the
+ * cache, they are replayed as the tool does without --export-size, with
  * one of a few sets of parameters chosen by a hash of the input, and the
  * simulation is checked: every page read is a hit or a miss, and the
  * simulated cache is within its capacity after each read.
@@ -32,6 +33,7 @@
 #include "../src/trace-sim.h"
 
 #define MAX_REPLAY_PAGES (UINT64_C (1) << 16)
+#define MAX_READ_OVER_CACHE 64
 
 static jmp_buf fuzz_jmp;
 static FILE *fuzz_err;
@@ -106,10 +108,18 @@ replay (uint64_t h)
 
   for (i = 0; i < t.nr; i++) {
     const struct trace_read *r = &t.reads[i];
-    pages += ((r->offset + r->length + page_size - 1) >> shift) -
+    uint64_t n = ((r->offset + r->length + page_size - 1) >> shift) -
       (r->offset >> shift);
+
+    pages += n;
     if (pages > MAX_REPLAY_PAGES)
       return;                   /* too slow to replay at every input */
+    /* A read many times the cache is quadratic in its pages (as in the
+     * filter, whose cache it is: every page the cache cannot hold is a
+     * sync trigger whose window walks the rest of the read).
+     */
+    if (n > MAX_READ_OVER_CACHE * (cache_size >> shift))
+      return;
   }
   /* main's checks of the options: ra-max at most half the cache. */
   if (ra_max > cache_size / 2)

@@ -169,15 +169,12 @@ rc_stream_new (void)
 {
   static _Atomic unsigned next_owner;
   struct rc_stream *s = malloc (sizeof *s);
-  unsigned i;
 
   if (!s)
     return NULL;
   pthread_mutex_init (&s->lock, NULL);
   ra_state_init (&s->ra);
-  s->behind = RA_NO_MARKER;      /* no read yet */
-  for (i = 0; i < RC_STREAM_READS; i++)
-    s->reading[i] = RA_NO_MARKER;
+  rc_behind_init (&s->behind);
   /* Owners 1 .. RC_PC_OWNERS - 1, reused after that many streams: a
    * reused number may hand a new stream an old one's waste once.
    */
@@ -495,62 +492,6 @@ promote (void *arg, ra_pgoff index)
   rc_promote (arg, index);
 }
 
-/* A client read of the stream starts at page first: the slot that
- * tracks it, or -1.  Called with s->lock held.
- */
-static int
-reading_start (struct rc_stream *s, ra_pgoff first)
-{
-  int k;
-
-  for (k = 0; k < RC_STREAM_READS; k++)
-    if (s->reading[k] == RA_NO_MARKER) {
-      s->reading[k] = first;
-      return k;
-    }
-  return -1;
-}
-
-/* Drop-behind (include/racache/pagecache.h): a client read of pages
- * [first, end) finished (end: the first page not wholly read).  The
- * stream gives back [from, *to): B = rc_pc_behind_pages () behind the
- * lowest page that a read of it still in progress has not passed, from
- * where it gave back last.  So its pages come back in the order it read
- * them even when its reads complete out of order (qemu-img convert has
- * eight 2M reads in flight), and their memory comes back in one piece
- * for its next windows.  A stream that jumped back or forward (a fresh
- * stream too) starts again from there, giving back only what lies
- * behind the read that jumped.  Called with
- * s->lock held, after the read's slot was freed.
- */
-static ra_pgoff
-next_behind (struct rc_cache *c, struct rc_stream *s, ra_pgoff first,
-             ra_pgoff end, ra_pgoff *to)
-{
-  ra_pgoff b = rc_pc_behind_pages (c->pc);
-  ra_pgoff low = end, hi, from, span;
-  int k;
-
-  for (k = 0; k < RC_STREAM_READS; k++)
-    if (s->reading[k] < low)
-      low = s->reading[k];
-  hi = low > b ? low - b : 0;
-  if (s->behind == RA_NO_MARKER || hi + 2 * b < s->behind)
-    s->behind = first > b ? first - b : 0;     /* first read, or jumped back */
-  *to = hi;
-  if (hi <= s->behind)
-    return hi;
-  from = s->behind;
-  span = 32 * b > 2 * (end - first) ? 32 * b : 2 * (end - first);
-  if (hi - from > span) {                       /* jumped forward */
-    from = first > b ? first - b : 0;
-    if (from > hi)
-      from = hi;
-  }
-  s->behind = hi;
-  return from;
-}
-
 /* The read path's ops (include/racache/readpath.h) over the shared
  * page cache, for one client read (opaque: struct client_read).
  */
@@ -650,7 +591,7 @@ rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
   ACQUIRE_LOCK (&s->lock);
   cr.again_page = s->ra.prev_pos > 0 ? (s->ra.prev_pos - 1) >> shift
     : RA_NO_MARKER;
-  slot = reading_start (s, offset >> shift);
+  slot = rc_behind_start (&s->behind, offset >> shift);
   RELEASE_LOCK (&s->lock);
 
   r = rc_read_path (&client_read_ops, &cr, &c->stats, shift, &rd, err);
@@ -658,10 +599,12 @@ rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
   ACQUIRE_LOCK (&s->lock);
   if (r == 0)
     ra_update_prev_pos (&s->ra, end);
-  if (slot >= 0)
-    s->reading[slot] = RA_NO_MARKER;
-  behind_from = next_behind (c, s, offset >> shift, end >> shift,
-                             &behind_to);
+  /* Drop-behind (include/racache/pagecache.h): the pages the stream
+   * gives back behind it now.
+   */
+  behind_from = rc_behind_end (&s->behind, slot, offset >> shift,
+                               end >> shift, rc_pc_behind_pages (c->pc),
+                               &behind_to);
   RELEASE_LOCK (&s->lock);
   rc_pc_drop_behind (c->pc, behind_from, behind_to);
   return r;

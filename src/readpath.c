@@ -127,6 +127,65 @@ rc_read_decide (struct ra_state *ra, const struct ra_params *p,
   ra_ondemand_at (ra, p, cache, opaque, index, marker, last - index, in, w);
 }
 
+void
+rc_behind_init (struct rc_behind *bh)
+{
+  unsigned k;
+
+  bh->behind = RA_NO_MARKER;    /* no read yet */
+  for (k = 0; k < RC_STREAM_READS; k++)
+    bh->reading[k] = RA_NO_MARKER;
+}
+
+int
+rc_behind_start (struct rc_behind *bh, ra_pgoff first)
+{
+  int k;
+
+  for (k = 0; k < RC_STREAM_READS; k++)
+    if (bh->reading[k] == RA_NO_MARKER) {
+      bh->reading[k] = first;
+      return k;
+    }
+  return -1;
+}
+
+/* Giving back from where the stream gave back last, its pages come back
+ * in the order it read them even when its reads complete out of order
+ * (qemu-img convert has eight 2M reads in flight), and their memory
+ * comes back in one piece for its next windows.  A stream that jumped
+ * back or forward (a fresh stream too) starts again from there, giving
+ * back only what lies behind the read that jumped.
+ */
+ra_pgoff
+rc_behind_end (struct rc_behind *bh, int slot, ra_pgoff first, ra_pgoff end,
+               ra_pgoff b, ra_pgoff *to)
+{
+  ra_pgoff low = end, hi, from, span;
+  int k;
+
+  if (slot >= 0)
+    bh->reading[slot] = RA_NO_MARKER;
+  for (k = 0; k < RC_STREAM_READS; k++)
+    if (bh->reading[k] < low)
+      low = bh->reading[k];
+  hi = low > b ? low - b : 0;
+  if (bh->behind == RA_NO_MARKER || hi + 2 * b < bh->behind)
+    bh->behind = first > b ? first - b : 0;   /* first read, or jumped back */
+  *to = hi;
+  if (hi <= bh->behind)
+    return hi;
+  from = bh->behind;
+  span = 32 * b > 2 * (end - first) ? 32 * b : 2 * (end - first);
+  if (hi - from > span) {                       /* jumped forward */
+    from = first > b ? first - b : 0;
+    if (from > hi)
+      from = hi;
+  }
+  bh->behind = hi;
+  return from;
+}
+
 bool
 rc_keep_async (const struct rc_congestion *cg)
 {

@@ -15,8 +15,9 @@
  * data (rc_pc_new_nodata): its eviction rule, its counters (in struct
  * rc_stats, as the filter's), its waste feedback; a page in flight is
  * waited for by moving the clock to its read's completion (rc_pc_peek)
- * before rc_pc_access.  Not simulated: the streams' own drop-behind
- * (src/cache.c next_behind).
+ * before rc_pc_access.  Each stream gives back the pages it read once
+ * behind it as the filter's streams do (rc_behind_start, rc_behind_end,
+ * rc_pc_drop_behind).
  *
  * Timing (--latency, --bandwidth, --parallel, --client-gap) and adaptive
  * mode (the default): a discrete-event simulation over a virtual
@@ -104,6 +105,8 @@ sim_set_timing (struct sim *s, const struct timing *tm, size_t nstreams)
   s->nstreams = nstreams;
   s->streams = xrealloc (NULL, (nstreams ? nstreams : 1) * sizeof *s->streams);
   memset (s->streams, 0, (nstreams ? nstreams : 1) * sizeof *s->streams);
+  for (size_t i = 0; i < nstreams; i++)
+    rc_behind_init (&s->streams[i].behind);
 }
 
 /* a + b of the clock; the simulation stops rather than wrap. */
@@ -544,7 +547,7 @@ void
 replay_read (struct sim *s, struct ra_state *ra, const struct trace_read *r)
 {
   struct rc_read rd;
-  int err = 0;
+  int err = 0, slot = -1;
 
   s->cur_stream_id = r->stream_id;
   s->cur_stream = r->stream;
@@ -558,8 +561,19 @@ replay_read (struct sim *s, struct ra_state *ra, const struct trace_read *r)
    */
   s->again_page = ra->prev_pos > 0 ? (ra->prev_pos - 1) >> s->p.page_shift
     : RA_NO_MARKER;
+  if (s->streams && s->cur_stream < s->nstreams)
+    slot = rc_behind_start (&s->streams[s->cur_stream].behind, rd.first);
   rc_read_path (&sim_read_ops, s, &s->st, s->p.page_shift, &rd, &err);
   ra_update_prev_pos (ra, r->offset + r->length);
+  /* Drop-behind, as src/cache.c rc_read. */
+  if (s->streams && s->cur_stream < s->nstreams) {
+    ra_pgoff to, from;
+
+    from = rc_behind_end (&s->streams[s->cur_stream].behind, slot, rd.first,
+                          (r->offset + r->length) >> s->p.page_shift,
+                          rc_pc_behind_pages (s->pc), &to);
+    rc_pc_drop_behind (s->pc, from, to);
+  }
 }
 
 /* ---- output ------------------------------------------------------------- */

@@ -47,6 +47,7 @@ struct backend_read {
 
 /* Per stream, for adaptive mode and the summary. */
 struct stream_info {
+  struct rc_behind behind;      /* drop-behind, as the filter's streams */
   ra_pgoff largest_window;
   ra_pgoff largest_cap;
 };

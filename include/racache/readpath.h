@@ -124,6 +124,38 @@ void rc_read_decide (struct ra_state *ra, const struct ra_params *p,
                      ra_pgoff last, const struct ra_inputs *in,
                      struct ra_window *w);
 
+/* ---- drop-behind ------------------------------------------------------ */
+
+/* Client reads of one stream tracked at once for drop-behind (nbdkit
+ * runs 16 threads per connection by default); more are not tracked.
+ */
+#define RC_STREAM_READS 16
+
+/* What a stream gives back behind it (rc_pc_drop_behind): not thread
+ * safe, the caller serializes (the filter under the stream lock).
+ */
+struct rc_behind {
+  ra_pgoff behind;              /* pages before it given back */
+  /* The first page of each read in progress (RA_NO_MARKER: a free
+   * slot): drop-behind stays below them all.
+   */
+  ra_pgoff reading[RC_STREAM_READS];
+};
+
+void rc_behind_init (struct rc_behind *bh);
+/* A client read of the stream starts at page first: the slot that
+ * tracks it, or -1.
+ */
+int rc_behind_start (struct rc_behind *bh, ra_pgoff first);
+/* A client read of pages [first, end) finished (end: the first page not
+ * wholly read) and its slot (or -1) is freed.  The stream gives back
+ * [from, *to): b (rc_pc_behind_pages) behind the lowest page that a
+ * read of it still in progress has not passed, from where it gave back
+ * last.  Returns from.  See src/readpath.c.
+ */
+ra_pgoff rc_behind_end (struct rc_behind *bh, int slot, ra_pgoff first,
+                        ra_pgoff end, ra_pgoff b, ra_pgoff *to);
+
 /* ---- congestion ------------------------------------------------------- */
 
 /* What the congestion decision sees when a window's async part is
