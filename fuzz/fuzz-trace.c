@@ -33,7 +33,7 @@
 #include "../src/trace-sim.h"
 
 #define MAX_REPLAY_PAGES (UINT64_C (1) << 16)
-#define MAX_READ_OVER_CACHE 64
+#define MAX_READ_OVER_CACHE 8
 
 static jmp_buf fuzz_jmp;
 static FILE *fuzz_err;
