@@ -1,40 +1,53 @@
-/* libFuzzer target: ra-trace's trace parser (src/ra-trace.c), and the
- * replay of the traces it accepts through the readahead engine
- * (src/readahead.c) when they are small.
+/* libFuzzer target: ra-trace's trace parser (src/trace.c), and the
+ * replay of the traces it accepts through the simulation
+ * (src/trace-sim.c: the core's read path and readahead engine) when
+ * they are small.
  *
- * The tool's source is included whole with RA_TRACE_FUZZ defined, which
- * leaves out main and turns "print the error and exit 1" into "print the
- * error to the stream given here and longjmp back": every input either
- * parses or is rejected with a message, and then its memory is freed
- * here.  Set RA_TRACE_FUZZ_VERBOSE=1 to see the messages.
+ * The parser returns its errors: every input either parses or is
+ * rejected with a message (t.err), and then its memory is freed here.
+ * The simulation's fatal errors (rt_fatal: out of memory, an engine
+ * bug) print to the stream given here and longjmp back.  Set
+ * RA_TRACE_FUZZ_VERBOSE=1 to see the messages.
  *
- * The input is the trace, as a file (read with read_trace, the tool's
- * own function).  When the accepted reads cover at most MAX_REPLAY_PAGES
- * pages they are replayed as the tool does without --export-size, with
+ * The input is the trace, as a file (read with trace_read_file, the
+ * tool's own function).  When the accepted reads cover at most
+ * MAX_REPLAY_PAGES pages, none more than MAX_READ_OVER_CACHE times the
+ * cache, they are replayed as the tool does without --export-size, with
  * one of a few sets of parameters chosen by a hash of the input, and the
  * simulation is checked: every page read is a hit or a miss, and the
  * simulated cache is within its capacity after each read.
  */
 
-#define RA_TRACE_FUZZ 1
-#include "../src/ra-trace.c"
+#include <config.h>
 
+#include <inttypes.h>
 #include <setjmp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "racache/config.h"
+#include "racache/readpath.h"
+#include "../src/trace.h"
+#include "../src/trace-sim.h"
 
 #define MAX_REPLAY_PAGES (UINT64_C (1) << 16)
+#define MAX_READ_OVER_CACHE 8
 
 static jmp_buf fuzz_jmp;
 static FILE *fuzz_err;
 
-static FILE *
-fuzz_err_stream (void)
+void
+rt_fatal (const char *fmt, ...)
 {
-  return fuzz_err;
-}
+  va_list ap;
 
-static void
-fuzz_error_exit (void)
-{
+  fputs ("ra-trace: ", fuzz_err);
+  va_start (ap, fmt);
+  vfprintf (fuzz_err, fmt, ap);
+  va_end (ap);
+  fputc ('\n', fuzz_err);
   longjmp (fuzz_jmp, 1);
 }
 
@@ -88,15 +101,25 @@ replay (uint64_t h)
   uint64_t io_max = io_pages[(h >> 16) % 3] << shift;
   uint64_t cache_size = cache_pages[(h >> 24) % 4] << shift;
   uint64_t export_size, pages = 0, before;
-  struct ra_params p = { 0 };
+  struct rc_config cfg;
+  struct ra_params p;
+  char err[256];
   size_t nstreams, i;
 
   for (i = 0; i < t.nr; i++) {
     const struct trace_read *r = &t.reads[i];
-    pages += ((r->offset + r->length + page_size - 1) >> shift) -
+    uint64_t n = ((r->offset + r->length + page_size - 1) >> shift) -
       (r->offset >> shift);
+
+    pages += n;
     if (pages > MAX_REPLAY_PAGES)
       return;                   /* too slow to replay at every input */
+    /* A read many times the cache is quadratic in its pages (as in the
+     * filter, whose cache it is: every page the cache cannot hold is a
+     * sync trigger whose window walks the rest of the read).
+     */
+    if (n > MAX_READ_OVER_CACHE * (cache_size >> shift))
+      return;
   }
   /* main's checks of the options: ra-max at most half the cache. */
   if (ra_max > cache_size / 2)
@@ -106,31 +129,48 @@ replay (uint64_t h)
   export_size = (t.max_end + page_size - 1) & ~(page_size - 1);
   if (t.log_export_size > export_size)
     export_size = t.log_export_size;
-  nstreams = number_streams (&t, &stream_ids);
+  if (trace_number_streams (&t, &stream_ids, &nstreams) == -1)
+    return;
 
-  p.page_shift = shift;
-  p.ra_max = ra_max >> shift;
-  p.io_max = io_max >> shift;
+  /* The tool's configuration, kernel mode: the instant replay. */
+  rc_config_defaults (&cfg);
+  cfg.page_size = page_size;
+  cfg.ra_max = ra_max;
+  cfg.io_max = io_max;
+  cfg.cache_size = cache_size;
+  cfg.mode = RA_MODE_KERNEL;
+  if (rc_config_check (&cfg, err, sizeof err) != NULL) {
+    fprintf (stderr, "configuration: %s\n", err);
+    abort ();
+  }
+  rc_engine_params (&cfg, cfg.max_background, &p);
   p.export_size = export_size;
-  states = xrealloc (NULL, (nstreams ? nstreams : 1) * sizeof *states);
+  states = malloc ((nstreams ? nstreams : 1) * sizeof *states);
+  if (!states)
+    return;
   for (i = 0; i < nstreams; i++)
     ra_state_init (&states[i]);
-  sim_init (&s, &p, cache_size >> shift, true);
+  sim_init (&s, &cfg, &p, true);
   have_sim = true;
   for (i = 0; i < t.nr; i++) {
     s.cur_read = i + 1;
-    before = s.c.hits + s.c.misses;
-    replay_read (&s, &states[t.reads[i].stream], &t, &t.reads[i]);
-    if (s.c.hits + s.c.misses - before !=
+    before = STAT_GET (&s.st, page_hits) + STAT_GET (&s.st, page_misses);
+    replay_read (&s, &states[t.reads[i].stream], &t.reads[i]);
+    if (STAT_GET (&s.st, page_hits) + STAT_GET (&s.st, page_misses) - before !=
         ((t.reads[i].offset + t.reads[i].length + page_size - 1) >> shift) -
         (t.reads[i].offset >> shift)) {
       fprintf (stderr, "read %zu: hits + misses is not its page count\n", i);
       abort ();
     }
-    if (s.count > s.capacity) {
-      fprintf (stderr, "read %zu: %zu pages cached, capacity %" PRIu64 "\n",
-               i, s.count, s.capacity);
-      abort ();
+    {
+      struct rc_pc_counts pcc;
+
+      rc_pc_counts (s.pc, &pcc);
+      if (pcc.pages > s.capacity) {
+        fprintf (stderr, "read %zu: %" PRIu64 " pages cached, capacity %"
+                 PRIu64 "\n", i, pcc.pages, s.capacity);
+        abort ();
+      }
     }
   }
 }
@@ -154,8 +194,10 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
   stream_ids = NULL;
 
   if (setjmp (fuzz_jmp) == 0) {
-    read_trace (&t, fp);
-    replay (hash (data, size));
+    if (trace_read_file (&t, fp) == 0)
+      replay (hash (data, size));
+    else
+      fprintf (fuzz_err, "ra-trace: %s\n", t.err);
   }
 
   fclose (fp);
@@ -163,7 +205,6 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
     sim_free (&s);
   free (states);
   free (stream_ids);
-  free (t.linebuf);
-  free (t.reads);
+  trace_free (&t);
   return 0;
 }

@@ -6,9 +6,9 @@
 # Targets (default: all):
 #   config   src/config.c: rc_config_load_file on the input as a libconfig
 #            file, rc_config_set on it as KEY=VALUE, rc_parse_size
-#   trace    src/ra-trace.c: the trace parser (plain OFFSET LENGTH [STREAM]
+#   trace    src/trace.c: the trace parser (plain OFFSET LENGTH [STREAM]
 #            lines and nbdkit log filter lines), and the replay of small
-#            accepted traces through the readahead engine
+#            accepted traces through the simulation (src/trace-sim.c)
 #
 # Each target runs for SECONDS (default 60, or $FUZZ_SECONDS) starting
 # from its seed corpus fuzz/corpus/TARGET/ (read only: new inputs go to
@@ -118,7 +118,9 @@ build ()
 for t in "${targets[@]}"; do
   case $t in
     config) build config "$srcdir/fuzz/fuzz-config.c" "$srcdir/src/config.c" ;;
-    trace) build trace "$srcdir/fuzz/fuzz-trace.c" "$srcdir/src/readahead.c" \
+    trace) build trace "$srcdir/fuzz/fuzz-trace.c" "$srcdir/src/trace.c" \
+             "$srcdir/src/trace-sim.c" "$srcdir/src/readahead.c" \
+             "$srcdir/src/readpath.c" "$srcdir/src/pagecache.c" \
              "$srcdir/src/config.c" ;;
   esac
 done

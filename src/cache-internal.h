@@ -8,6 +8,7 @@
 
 #include "racache/cache.h"
 #include "racache/readahead.h"
+#include "racache/readpath.h"
 
 /* Completion of a group of sync reads a client waits for. */
 struct rc_wait {
@@ -112,20 +113,11 @@ struct rc_cache {
   struct rc_pool pool;
 };
 
-/* Client reads of one stream tracked at once for drop-behind (nbdkit
- * runs 16 threads per connection by default); more are not tracked.
- */
-#define RC_STREAM_READS 16
-
 struct rc_stream {
   pthread_mutex_t lock;         /* one connection may read from many threads */
   struct ra_state ra;
   unsigned owner;               /* owner of its read-ahead pages (1..) */
-  ra_pgoff behind;              /* drop-behind: pages before it given back */
-  /* The first page of each read in progress (RA_NO_MARKER: a free
-   * slot): drop-behind stays below them all.
-   */
-  ra_pgoff reading[RC_STREAM_READS];
+  struct rc_behind behind;      /* drop-behind (src/readpath.c) */
 };
 
 /* prefetch.c */

@@ -1,21 +1,20 @@
 /* ra-cache: the read path (doc/readahead-rules.md) over the shared page cache.
  *
- * For a client read of pages [index, last), page by page:
- *  - a page that is not cached is a sync trigger: the engine decides a
- *    window (ondemand with marker = false), submit inserts its new pages
- *    in flight, and this thread reads the sync part while the async part
- *    goes to the background workers;
- *  - a page that carries the marker is an async trigger: the marker is
- *    cleared and the engine decides the next window (marker = true);
- *  - a page in flight is waited for; an up to date page is copied out.
- * At the end prev_pos is the byte after the read.
+ * The page walk (sync trigger, async trigger, wait, copy) is
+ * rc_read_path (src/readpath.c, shared with ra-trace and the unit
+ * tests); here are its ops over the shared page cache and the backend:
+ * a trigger decides a window (rc_read_decide), submit inserts its new
+ * pages in flight, and this thread reads the sync part while the async
+ * part goes to the background workers.  At the end prev_pos is the
+ * byte after the read.
  *
  * The stream state is per connection and guarded by the stream's lock,
  * which is held while the engine decides and submit inserts pages (lock
  * order: stream lock, then page cache shard locks), never while reading
  * from the backend or waiting for pages.
  *
- * Congestion (ra-congestion=skip, the default): when a window is
+ * Congestion (ra-congestion=skip, the default; decided by rc_keep_async
+ * in src/readpath.c): when a window is
  * submitted while the backend reads running and queued are at or above
  * the congestion threshold, only the sync part is read.  The async
  * part's new pages are removed from the cache again and ra_drop_async
@@ -37,13 +36,8 @@
 #include <time.h>
 
 #include "cache-internal.h"
+#include "racache/readpath.h"
 #include "racache/util.h"
-
-/* A sync trigger's page may vanish again before it is copied (a write
- * made it stale, or the cache is full of pages in flight); after this
- * many tries the page is read straight into the client's buffer.
- */
-#define MAX_TRIES_PER_PAGE 3
 
 struct rc_cache *
 rc_cache_new (const struct rc_config *cfg, const struct rc_backend *be,
@@ -61,20 +55,7 @@ rc_cache_new (const struct rc_config *cfg, const struct rc_backend *be,
     errno = ENOMEM;
     return NULL;
   }
-  c->params.page_shift = __builtin_ctz ((unsigned) cfg->page_size);
-  c->params.ra_max = cfg->ra_max >> c->params.page_shift;
-  c->params.io_max = cfg->io_max >> c->params.page_shift;
-  if (c->params.io_max == 0)
-    c->params.io_max = 1;
-  c->params.export_size = 0;
-  c->params.mode = cfg->mode == RC_MODE_ADAPTIVE
-    ? RA_MODE_ADAPTIVE : RA_MODE_KERNEL;
-  c->params.adapt_min = RC_ADAPT_MIN_WINDOW >> c->params.page_shift;
-  c->params.self_max =
-    ra_self_max (cfg->congestion_threshold ? cfg->congestion_threshold
-                 : rc_default_congestion_threshold (cfg->max_background),
-                 c->params.io_max);
-  c->params.parallel = nworkers ? nworkers : 1;
+  rc_engine_params (cfg, nworkers, &c->params);
   ra_model_init (&c->model);
   pthread_mutex_init (&c->model_lock, NULL);
   pthread_mutex_init (&c->size_lock, NULL);
@@ -149,11 +130,7 @@ rc_cache_set_backend_limits (struct rc_cache *c, uint32_t minimum,
   io -= io % page;
   if (io < page)
     io = page;
-  c->params.io_max = io >> c->params.page_shift;
-  c->params.self_max =
-    ra_self_max (c->cfg.congestion_threshold ? c->cfg.congestion_threshold
-                 : rc_default_congestion_threshold (c->cfg.max_background),
-                 c->params.io_max);
+  rc_engine_params_io_max (&c->cfg, &c->params, io >> c->params.page_shift);
 }
 
 struct rc_stats *
@@ -192,15 +169,12 @@ rc_stream_new (void)
 {
   static _Atomic unsigned next_owner;
   struct rc_stream *s = malloc (sizeof *s);
-  unsigned i;
 
   if (!s)
     return NULL;
   pthread_mutex_init (&s->lock, NULL);
   ra_state_init (&s->ra);
-  s->behind = RA_NO_MARKER;      /* no read yet */
-  for (i = 0; i < RC_STREAM_READS; i++)
-    s->reading[i] = RA_NO_MARKER;
+  rc_behind_init (&s->behind);
   /* Owners 1 .. RC_PC_OWNERS - 1, reused after that many streams: a
    * reused number may hand a new stream an old one's waste once.
    */
@@ -222,7 +196,6 @@ rc_stream_free (struct rc_stream *s)
  * ra-max over a small ra-io-max).
  */
 #define INLINE_BATCHES 64
-struct batch { ra_pgoff start, count; bool async; };
 struct batches {
   struct rc_cache *c;
   bool forced;                  /* NBD_CMD_CACHE */
@@ -230,8 +203,8 @@ struct batches {
   unsigned owner;               /* the stream's, 0 for forced */
   unsigned n, cap;
   bool overflow;                /* could not grow: stop inserting */
-  struct batch *b;
-  struct batch inline_b[INLINE_BATCHES];
+  struct rc_batch *b;
+  struct rc_batch inline_b[INLINE_BATCHES];
 };
 
 static void
@@ -283,7 +256,7 @@ submit_batch (void *opaque, ra_pgoff start, ra_pgoff count, bool async)
   /* Keep a free slot for the run that is being built. */
   if (bs->n + 1 >= bs->cap) {
     unsigned ncap = bs->cap * 2;
-    struct batch *nb = malloc (ncap * sizeof *nb);
+    struct rc_batch *nb = malloc (ncap * sizeof *nb);
 
     if (nb) {
       memcpy (nb, bs->b, bs->n * sizeof *nb);
@@ -301,6 +274,12 @@ static const struct ra_submit_ops submit_ops = {
   .batch = submit_batch,
 };
 
+static ra_pgoff
+abandon_pages (void *opaque, ra_pgoff start, ra_pgoff count)
+{
+  return rc_pc_abandon (opaque, start, count);
+}
+
 /* Submit window w (the stream lock is held if w came from a stream).
  * Applies the congestion rule to its async part when ra is not NULL;
  * last is the end (in pages) of the client request that triggered it.
@@ -310,33 +289,23 @@ submit_window (struct rc_cache *c, struct ra_state *ra,
                const struct ra_window *w, ra_pgoff last, struct batches *bs)
 {
   struct ra_submit_result res;
-  unsigned i, j;
+  struct rc_congestion cg;
 
   if (w->size == 0)
     return;
   STAT_ADD (&c->stats, windows[w->branch], 1);
   bs->random = w->branch == RA_G_RANDOM;
   ra_submit (w, c->params.io_max, &submit_ops, bs, &res);
+  if (!ra || res.async_pages == 0)
+    return;
+  cg.policy = c->cfg.congestion;
+  cg.inflight = rc_cache_inflight (c);
+  cg.threshold = c->cfg.congestion_threshold;
+  /* No background connection open: nobody would read the async part. */
+  if (!rc_keep_async (&cg) || !rc_workers_ready (c)) {
+    ra_pgoff dropped = rc_drop_async_batches (ra, w, last, bs->b, &bs->n,
+                                              abandon_pages, c->pc);
 
-  if (ra && res.async_pages > 0 &&
-      ((c->cfg.congestion == RC_CONGESTION_SKIP &&
-        rc_cache_inflight (c) >= c->cfg.congestion_threshold) ||
-       /* No background connection open: nobody would read it. */
-       !rc_workers_ready (c))) {
-    ra_pgoff dropped = 0;
-
-    /* Only speculation is dropped: the kernel's INITIAL and pull-in
-     * steps can label pages of the client's own request async (when the
-     * request is as large as the window), and those are read anyway.
-     */
-    for (i = j = 0; i < bs->n; i++) {
-      if (bs->b[i].async && bs->b[i].start >= last)
-        dropped += rc_pc_abandon (c->pc, bs->b[i].start, bs->b[i].count);
-      else
-        bs->b[j++] = bs->b[i];
-    }
-    bs->n = j;
-    ra_drop_async (ra, w, dropped);
     STAT_ADD (&c->stats, async_skipped, 1);
     STAT_ADD (&c->stats, async_skipped_pages, dropped);
   }
@@ -345,43 +314,44 @@ submit_window (struct rc_cache *c, struct ra_state *ra,
 /* The client read a trigger serves.  A sync batch that lies wholly
  * inside it is read from the backend straight into the client's buffer
  * and copied into the cache from there: its bytes are copied once, not
- * through a bounce buffer and back out of the cache.  [done_start,
- * done_end) are then the pages the client already has.
+ * through a bounce buffer and back out of the cache.  The trigger then
+ * sets rd's [done_start, done_end): the pages the client already has.
  */
-struct client_buf {
+struct client_read {
+  struct rc_cache *c;
+  struct rc_stream *s;
+  void *ctx;
   char *buf;
-  uint64_t offset;
-  uint32_t count;
-  ra_pgoff done_start, done_end;
+  ra_pgoff again_page;          /* see rc_pc_access's again */
 };
 
-/* Does batch [start, start + count) lie wholly inside cb's bytes? */
+/* Does batch [start, start + count) lie wholly inside rd's bytes? */
 static bool
-batch_in_client_buf (struct rc_cache *c, const struct client_buf *cb,
+batch_in_client_buf (struct rc_cache *c, const struct rc_read *rd,
                      ra_pgoff start, ra_pgoff count)
 {
   unsigned shift = c->params.page_shift;
   uint64_t from = start << shift, to = (start + count) << shift;
 
-  if (!cb)
+  if (!rd)
     return false;
   if (to > c->params.export_size)
     to = c->params.export_size;
-  return from >= cb->offset && from < to && to <= cb->offset + cb->count;
+  return from >= rd->offset && from < to && to <= rd->offset + rd->count;
 }
 
 /* Issue the batches: async ones to the workers, sync ones read now, by
  * this thread and (when there are several) by workers in parallel.
  * The first sync batches, when they lie one after the other inside the
- * client's buffer, are one backend read straight into it, however many
- * io_max batches they are: a client's 2M read is one 2M backend read,
- * as without the filter, not 1M here and 1M through a worker.  (The
- * glue still splits it at the backend's own maximum block size.)
- * Returns 0, or -1 with *err if a sync read failed.
+ * client's buffer (rd, buf), are one backend read straight into it,
+ * however many io_max batches they are: a client's 2M read is one 2M
+ * backend read, as without the filter, not 1M here and 1M through a
+ * worker.  (The glue still splits it at the backend's own maximum block
+ * size.)  Returns 0, or -1 with *err if a sync read failed.
  */
 static int
 issue_batches (struct rc_cache *c, void *ctx, struct batches *bs,
-               struct client_buf *cb, int *err)
+               struct rc_read *rd, char *buf, int *err)
 {
   struct rc_wait wait;
   int first = -1, nsync = 0;
@@ -401,10 +371,10 @@ issue_batches (struct rc_cache *c, void *ctx, struct batches *bs,
   start = bs->b[first].start;
   count = bs->b[first].count;
   last = first;
-  if (batch_in_client_buf (c, cb, start, count))
+  if (batch_in_client_buf (c, rd, start, count))
     while (last + 1 < bs->n && !bs->b[last + 1].async &&
            bs->b[last + 1].start == start + count &&
-           batch_in_client_buf (c, cb, start, count + bs->b[last + 1].count))
+           batch_in_client_buf (c, rd, start, count + bs->b[last + 1].count))
       count += bs->b[++last].count;
 
   for (i = last + 1; i < bs->n; i++)
@@ -414,13 +384,13 @@ issue_batches (struct rc_cache *c, void *ctx, struct batches *bs,
       rc_queue_job (c, bs->b[i].start, bs->b[i].count, false, &wait);
     }
   STAT_ADD (&c->stats, sync_pages, count);
-  if (batch_in_client_buf (c, cb, start, count)) {
+  if (batch_in_client_buf (c, rd, start, count)) {
     r = rc_backend_read_pages_to (c, ctx, start, count,
-                                  cb->buf + ((start << c->params.page_shift)
-                                             - cb->offset), err);
+                                  buf + ((start << c->params.page_shift)
+                                         - rd->offset), err);
     if (r == 0) {
-      cb->done_start = start;
-      cb->done_end = start + count;
+      rd->done_start = start;
+      rd->done_end = start + count;
     }
   }
   else
@@ -456,13 +426,13 @@ adaptive_inputs (struct rc_cache *c, struct rc_stream *s,
   in->wasted = rc_pc_take_wasted (c->pc, s->owner);
 }
 
-/* A trigger at page index of a read ending at page last (cb: that
+/* A trigger at page index of a read ending at page last (rd, buf: that
  * read, or NULL).
  */
 static int
 trigger (struct rc_cache *c, struct rc_stream *s, void *ctx,
-         ra_pgoff index, bool marker, ra_pgoff last, struct client_buf *cb,
-         int *err)
+         ra_pgoff index, bool marker, ra_pgoff last, struct rc_read *rd,
+         char *buf, int *err)
 {
   struct batches bs;
   struct ra_window w;
@@ -476,16 +446,16 @@ trigger (struct rc_cache *c, struct rc_stream *s, void *ctx,
     adaptive_inputs (c, s, &in);
     inp = &in;
     if (in.wasted > 0)
-      STAT_ADD (&c->stats, adapt_waste, 1);
+      STAT_ADD (&c->stats, adapt_waste_events, 1);
   }
-  ra_ondemand_at (&s->ra, &c->params, &rc_pc_query_ops, c->pc,
-                  index, marker, last - index, inp, &w);
+  rc_read_decide (&s->ra, &c->params, &rc_pc_query_ops, c->pc, rd,
+                  index, marker, last, inp, &w);
   if (inp)
     atomic_store_explicit (&c->stats.adapt_cap_pages, s->ra.ad.cap,
                            memory_order_relaxed);
   submit_window (c, &s->ra, &w, last, &bs);
   RELEASE_LOCK (&s->lock);
-  r = issue_batches (c, ctx, &bs, cb, err);
+  r = issue_batches (c, ctx, &bs, rd, buf, err);
   batches_free (&bs);
   return r;
 }
@@ -506,15 +476,12 @@ late (struct rc_cache *c, struct rc_stream *s, void *ctx, ra_pgoff index)
   m = ra_late (&s->ra, &c->params, index);
   reads = (s->ra.ad.cap + c->params.io_max - 1) / c->params.io_max;
   RELEASE_LOCK (&s->lock);
-  /* Not when the early window's reads would reach the congestion
-   * threshold: its async part would be skipped (the backend, not the
-   * distance, is what the reader waits for then).
-   */
   if (m != RA_NO_MARKER &&
-      rc_cache_inflight (c) + reads < c->cfg.congestion_threshold &&
+      rc_early_trigger_ok (rc_cache_inflight (c), (unsigned) reads,
+                           c->cfg.congestion_threshold) &&
       rc_pc_take_marker (c->pc, m)) {
-    STAT_ADD (&c->stats, adapt_early, 1);
-    trigger (c, s, ctx, m, true, m + 1, NULL, &ignored);
+    STAT_ADD (&c->stats, adapt_early_triggers, 1);
+    trigger (c, s, ctx, m, true, m + 1, NULL, NULL, &ignored);
   }
 }
 
@@ -525,153 +492,80 @@ promote (void *arg, ra_pgoff index)
   rc_promote (arg, index);
 }
 
-/* A client read of the stream starts at page first: the slot that
- * tracks it, or -1.  Called with s->lock held.
+/* The read path's ops (include/racache/readpath.h) over the shared
+ * page cache, for one client read (opaque: struct client_read).
  */
+static unsigned
+cr_copy_run (void *opaque, struct rc_read *rd, ra_pgoff index, unsigned n)
+{
+  struct client_read *cr = opaque;
+  uint64_t page_start = index << cr->c->params.page_shift;
+
+  return rc_pc_copy_run (cr->c->pc, index, n,
+                         cr->buf + (page_start - rd->offset),
+                         cr->again_page);
+}
+
+static enum rc_access
+cr_access (void *opaque, struct rc_read *rd, ra_pgoff index, uint64_t from,
+           uint64_t to, bool *waited, bool *waited_ahead)
+{
+  struct client_read *cr = opaque;
+  uint64_t page_start = index << cr->c->params.page_shift;
+
+  return rc_pc_access (cr->c->pc, index, cr->buf + (from - rd->offset),
+                       (uint32_t) (from - page_start),
+                       (uint32_t) (to - from), index == cr->again_page,
+                       promote, cr->c, waited, waited_ahead);
+}
+
 static int
-reading_start (struct rc_stream *s, ra_pgoff first)
+cr_trigger (void *opaque, struct rc_read *rd, ra_pgoff index, bool marker,
+            int *err)
 {
-  int k;
+  struct client_read *cr = opaque;
 
-  for (k = 0; k < RC_STREAM_READS; k++)
-    if (s->reading[k] == RA_NO_MARKER) {
-      s->reading[k] = first;
-      return k;
-    }
-  return -1;
+  return trigger (cr->c, cr->s, cr->ctx, index, marker, rd->last, rd,
+                  cr->buf, err);
 }
 
-/* Drop-behind (include/racache/pagecache.h): a client read of pages
- * [first, end) finished (end: the first page not wholly read).  The
- * stream gives back [from, *to): B = rc_pc_behind_pages () behind the
- * lowest page that a read of it still in progress has not passed, from
- * where it gave back last.  So its pages come back in the order it read
- * them even when its reads complete out of order (qemu-img convert has
- * eight 2M reads in flight), and their memory comes back in one piece
- * for its next windows.  A stream that jumped back or forward (a fresh
- * stream too) starts again from there, giving back only what lies
- * behind the read that jumped.  Called with
- * s->lock held, after the read's slot was freed.
- */
-static ra_pgoff
-next_behind (struct rc_cache *c, struct rc_stream *s, ra_pgoff first,
-             ra_pgoff end, ra_pgoff *to)
+static bool
+cr_cached (void *opaque, ra_pgoff index)
 {
-  ra_pgoff b = rc_pc_behind_pages (c->pc);
-  ra_pgoff low = end, hi, from, span;
-  int k;
+  struct client_read *cr = opaque;
 
-  for (k = 0; k < RC_STREAM_READS; k++)
-    if (s->reading[k] < low)
-      low = s->reading[k];
-  hi = low > b ? low - b : 0;
-  if (s->behind == RA_NO_MARKER || hi + 2 * b < s->behind)
-    s->behind = first > b ? first - b : 0;     /* first read, or jumped back */
-  *to = hi;
-  if (hi <= s->behind)
-    return hi;
-  from = s->behind;
-  span = 32 * b > 2 * (end - first) ? 32 * b : 2 * (end - first);
-  if (hi - from > span) {                       /* jumped forward */
-    from = first > b ? first - b : 0;
-    if (from > hi)
-      from = hi;
-  }
-  s->behind = hi;
-  return from;
+  return rc_pc_query_ops.cached (cr->c->pc, index);
 }
 
-/* The read path proper of rc_read (cb: the client's read). */
+static void
+cr_late (void *opaque, struct rc_read *rd, ra_pgoff index)
+{
+  struct client_read *cr = opaque;
+
+  (void) rd;
+  if (cr->c->params.mode == RA_MODE_ADAPTIVE)
+    late (cr->c, cr->s, cr->ctx, index);
+}
+
 static int
-read_through (struct rc_cache *c, struct rc_stream *s, void *ctx,
-              struct client_buf *cb, ra_pgoff again_page, int *err)
+cr_direct (void *opaque, struct rc_read *rd, ra_pgoff index, uint64_t from,
+           uint64_t to, int *err)
 {
-  unsigned shift = c->params.page_shift;
-  uint64_t ps = UINT64_C (1) << shift;
-  uint64_t offset = cb->offset, end = offset + cb->count;
-  ra_pgoff i = offset >> shift;
-  ra_pgoff last = (end + ps - 1) >> shift;
-  unsigned tries = 0;
+  struct client_read *cr = opaque;
 
-  while (i < last) {
-    uint64_t page_start = i << shift;
-    uint64_t from = offset > page_start ? offset : page_start;
-    uint64_t to = end < page_start + ps ? end : page_start + ps;
-    char *dst = cb->buf + (from - offset);
-    bool waited, waited_ahead;
-
-    if (i == cb->done_start && cb->done_end > i) {
-      /* Read straight into the client's buffer by a sync trigger;
-       * counted as before, the trigger's page a miss and the rest hits.
-       */
-      STAT_ADD (&c->stats, page_hits, cb->done_end - i - (tries > 0));
-      i = cb->done_end;
-      cb->done_end = 0;
-      tries = 0;
-      continue;
-    }
-    /* Whole pages that are plain hits: many at a time. */
-    if (tries == 0 && from == page_start && to == page_start + ps &&
-        !(i < cb->done_start && cb->done_end > cb->done_start)) {
-      ra_pgoff whole = (end >> shift) - i;
-      unsigned k = rc_pc_copy_run (c->pc, i,
-                                   whole > UINT_MAX ? UINT_MAX : whole,
-                                   dst, again_page);
-
-      if (k > 0) {
-        STAT_ADD (&c->stats, page_hits, k);
-        i += k;
-        continue;
-      }
-    }
-    switch (rc_pc_access (c->pc, i, dst, from - page_start, to - from,
-                          i == again_page, promote, c, &waited,
-                          &waited_ahead)) {
-    case RC_ACCESS_COPIED:
-      if (tries == 0)
-        STAT_ADD (&c->stats, page_hits, 1);
-      if (waited)
-        STAT_ADD (&c->stats, page_waits, 1);
-      if (waited_ahead && c->params.mode == RA_MODE_ADAPTIVE)
-        late (c, s, ctx, i);
-      i++;
-      tries = 0;
-      break;
-
-    case RC_ACCESS_MARKER:
-      /* Async trigger; a failure there is not this client's. */
-      {
-        int ignored;
-        trigger (c, s, ctx, i, true, last, cb, &ignored);
-      }
-      break;
-
-    case RC_ACCESS_ABSENT:
-      if (tries == 0)
-        STAT_ADD (&c->stats, page_misses, 1);
-      if (++tries > MAX_TRIES_PER_PAGE) {
-        /* The cache cannot hold the page for us: read around it. */
-        STAT_ADD (&c->stats, direct_reads, 1);
-        if (rc_backend_read_direct (c, ctx, dst, to - from, from, err) == -1)
-          return -1;
-        i++;
-        tries = 0;
-        break;
-      }
-      /* A failed sync read fails this client only if it was reading a
-       * page the client needs now: the window's sync part may reach past
-       * the request, and another page's error is not this client's (it
-       * meets that page again, and retries it, if it asked for it).
-       */
-      if (trigger (c, s, ctx, i, false, last, cb, err) == -1 &&
-          !rc_pc_query_ops.cached (c->pc, i))
-        return -1;
-      break;
-    }
-  }
-  STAT_ADD (&c->stats, client_bytes, cb->count);
-  return 0;
+  (void) index;
+  return rc_backend_read_direct (cr->c, cr->ctx, cr->buf + (from - rd->offset),
+                                 (uint32_t) (to - from), from, err);
 }
+
+static const struct rc_read_ops client_read_ops = {
+  .copy_run = cr_copy_run,
+  .access = cr_access,
+  .trigger = cr_trigger,
+  .cached = cr_cached,
+  .late = cr_late,
+  .direct = cr_direct,
+};
 
 int
 rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
@@ -679,8 +573,9 @@ rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
 {
   unsigned shift = c->params.page_shift;
   uint64_t end = offset + count;
-  ra_pgoff again_page, behind_from, behind_to;
-  struct client_buf cb = { .buf = buf, .offset = offset, .count = count };
+  ra_pgoff behind_from, behind_to;
+  struct client_read cr = { .c = c, .s = s, .ctx = ctx, .buf = buf };
+  struct rc_read rd;
   int slot, r;
 
   STAT_ADD (&c->stats, client_reads, 1);
@@ -689,24 +584,27 @@ rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
    */
   if (count == 0)
     return 0;
+  rc_read_init (&rd, offset, count, shift);
   /* The page where this stream's previous read ended: reading on in it
    * is not a second use of the page.
    */
   ACQUIRE_LOCK (&s->lock);
-  again_page = s->ra.prev_pos > 0 ? (s->ra.prev_pos - 1) >> shift
+  cr.again_page = s->ra.prev_pos > 0 ? (s->ra.prev_pos - 1) >> shift
     : RA_NO_MARKER;
-  slot = reading_start (s, offset >> shift);
+  slot = rc_behind_start (&s->behind, offset >> shift);
   RELEASE_LOCK (&s->lock);
 
-  r = read_through (c, s, ctx, &cb, again_page, err);
+  r = rc_read_path (&client_read_ops, &cr, &c->stats, shift, &rd, err);
 
   ACQUIRE_LOCK (&s->lock);
   if (r == 0)
     ra_update_prev_pos (&s->ra, end);
-  if (slot >= 0)
-    s->reading[slot] = RA_NO_MARKER;
-  behind_from = next_behind (c, s, offset >> shift, end >> shift,
-                             &behind_to);
+  /* Drop-behind (include/racache/pagecache.h): the pages the stream
+   * gives back behind it now.
+   */
+  behind_from = rc_behind_end (&s->behind, slot, offset >> shift,
+                               end >> shift, rc_pc_behind_pages (c->pc),
+                               &behind_to);
   RELEASE_LOCK (&s->lock);
   rc_pc_drop_behind (c->pc, behind_from, behind_to);
   return r;
@@ -730,7 +628,7 @@ rc_fill (struct rc_cache *c, void *ctx, uint32_t count, uint64_t offset,
 
     batches_init (&bs, c, true);
     submit_window (c, NULL, &w, last, &bs);
-    r = issue_batches (c, ctx, &bs, NULL, err);
+    r = issue_batches (c, ctx, &bs, NULL, NULL, err);
     /* When the batch list could not grow (out of memory), the rest of
      * the chunk was not inserted: go on from the end of the last batch.
      */

@@ -119,7 +119,7 @@ struct rc_pagecache {
    * slot ever taken, plus one), and the page structs kept for reuse.
    */
   pthread_mutex_t mem_lock;
-  char *arena;
+  char *arena;                     /* NULL: no data (rc_pc_new_nodata) */
   size_t arena_len;
   uint64_t *free_slots;
   size_t free_words, free_hint;
@@ -241,8 +241,9 @@ arena_new (struct rc_pagecache *pc)
   return 0;
 }
 
-struct rc_pagecache *
-rc_pc_new (uint64_t cache_size, uint32_t page_size, struct rc_stats *stats)
+static struct rc_pagecache *
+pc_new (uint64_t cache_size, uint32_t page_size, struct rc_stats *stats,
+        bool with_data)
 {
   struct rc_pagecache *pc;
   uint64_t total_pages;
@@ -292,7 +293,7 @@ rc_pc_new (uint64_t cache_size, uint32_t page_size, struct rc_stats *stats)
   }
   pc->nr_pages = 0;
   pc->total_capacity = total_pages;
-  if (arena_new (pc) == -1) {
+  if (with_data && arena_new (pc) == -1) {
     rc_pc_free (pc);
     return NULL;
   }
@@ -310,6 +311,19 @@ rc_pc_new (uint64_t cache_size, uint32_t page_size, struct rc_stats *stats)
   if (pc->behind_pages > total_pages / 4)
     pc->behind_pages = total_pages / 4;
   return pc;
+}
+
+struct rc_pagecache *
+rc_pc_new (uint64_t cache_size, uint32_t page_size, struct rc_stats *stats)
+{
+  return pc_new (cache_size, page_size, stats, true);
+}
+
+struct rc_pagecache *
+rc_pc_new_nodata (uint64_t cache_size, uint32_t page_size,
+                  struct rc_stats *stats)
+{
+  return pc_new (cache_size, page_size, stats, false);
 }
 
 void
@@ -413,7 +427,8 @@ remove_page (struct rc_pagecache *pc, struct shard *s, struct page *p)
   s->count--;
   STAT_SUB (pc->stats, cache_bytes, pc->page_size);
   ACQUIRE_LOCK (&pc->mem_lock);
-  slot_free (pc, (size_t) (p->data - pc->arena) >> pc->page_shift);
+  if (pc->arena)
+    slot_free (pc, (size_t) (p->data - pc->arena) >> pc->page_shift);
   p->hnext = pc->spare;
   pc->spare = p;
   RELEASE_LOCK (&pc->mem_lock);
@@ -531,6 +546,15 @@ page_alloc (struct rc_pagecache *pc)
   size_t w, slot;
 
   ACQUIRE_LOCK (&pc->mem_lock);
+  if (!pc->arena) {                /* no data: a page struct only */
+    if ((p = pc->spare) != NULL)
+      pc->spare = p->hnext;
+    else
+      p = malloc (sizeof *p);
+    if (p)
+      p->data = NULL;
+    goto out;
+  }
   for (w = pc->free_hint; w < pc->free_words && pc->free_slots[w] == 0; w++)
     ;
   pc->free_hint = w;
@@ -642,7 +666,9 @@ complete_one (struct rc_pagecache *pc, struct shard *s, ra_pgoff i,
     remove_page (pc, s, p);
     return;
   }
-  if (off < a->len) {
+  if (!pc->arena)
+    ;                           /* no data */
+  else if (off < a->len) {
     size_t n = a->len - off < pc->page_size ? a->len - off : pc->page_size;
     /* The read may have gone straight into the page (rc_pc_run_data). */
     if (a->buf + off != p->data)
@@ -712,6 +738,8 @@ rc_pc_run_data (struct rc_pagecache *pc, ra_pgoff start, ra_pgoff count)
 {
   struct run_arg a = { .start = start, .data = (char *) 1 };
 
+  if (!pc->arena)
+    return NULL;
   for_each_page (pc, start, count, run_one, &a);
   return a.data;
 }
@@ -860,8 +888,9 @@ rc_pc_copy_run (struct rc_pagecache *pc, ra_pgoff index, unsigned n,
 
     if (!p || p->state != PAGE_UPTODATE || (p->flags & PF_MARKER))
       break;
-    memcpy ((char *) dst + ((size_t) k << pc->page_shift), p->data,
-            pc->page_size);
+    if (pc->arena)
+      memcpy ((char *) dst + ((size_t) k << pc->page_shift), p->data,
+              pc->page_size);
     inactive |= read_once (pc, s, p, index + k == again_index);
   }
   if (inactive)
@@ -894,7 +923,8 @@ rc_pc_access (struct rc_pagecache *pc, ra_pgoff index,
       break;
     }
     if (p->state == PAGE_UPTODATE) {
-      memcpy (dst, p->data + off, len);
+      if (pc->arena)
+        memcpy (dst, p->data + off, len);
       if (read_once (pc, s, p, again))
         drop_behind (pc, s);
       ret = RC_ACCESS_COPIED;
@@ -940,6 +970,26 @@ q_cached (void *opaque, ra_pgoff index)
 
 const struct ra_cache_ops rc_pc_query_ops = { .cached = q_cached };
 
+enum rc_page_state
+rc_pc_peek (struct rc_pagecache *pc, ra_pgoff index, bool *marker,
+            bool *ahead)
+{
+  struct shard *s = shard_of (pc, index);
+  enum rc_page_state r = RC_PAGE_ABSENT;
+  struct page *p;
+
+  *marker = *ahead = false;
+  ACQUIRE_LOCK (&s->lock);
+  p = lookup (s, index);
+  if (p) {
+    r = p->state == PAGE_UPTODATE ? RC_PAGE_UPTODATE : RC_PAGE_INFLIGHT;
+    *marker = (p->flags & PF_MARKER) != 0;
+    *ahead = (p->flags & PF_AHEAD) != 0;
+  }
+  RELEASE_LOCK (&s->lock);
+  return r;
+}
+
 void
 rc_pc_counts (struct rc_pagecache *pc, struct rc_pc_counts *out)
 {
@@ -961,6 +1011,8 @@ rc_pc_counts (struct rc_pagecache *pc, struct rc_pc_counts *out)
           out->uptodate++;
         if (p->flags & PF_UNUSED)
           out->unused++;
+        if ((p->flags & PF_UNUSED) && (p->flags & PF_AHEAD))
+          out->unused_ahead++;
       }
     }
     RELEASE_LOCK (&s->lock);

@@ -621,9 +621,12 @@ ra_ondemand_at (struct ra_state *ra, const struct ra_params *p,
     }
   }
 
-  /* F: context readahead. */
+  /* F: context readahead.  At most max - 1 pages are counted, as Linux
+   * 5.18 counts them (count_history_pages: page_cache_prev_miss from
+   * index - 1 scans max entries, the first of them index - 1 itself).
+   */
   {
-    ra_pgoff h = history (cache, opaque, index, max);
+    ra_pgoff h = history (cache, opaque, index, max - 1);
 
     if (h > req) {
       if (h >= index)           /* reaches back to page 0 */

@@ -53,7 +53,7 @@ expect_summary ()
 # ---- the worked example (doc/readahead-rules.md) -----------------------
 # ra_max 32 pages (128K), one stream, 16 KiB reads from offset 0.
 for i in $(seq 0 21); do echo "$((i * 16384)) 16384"; done > "$tmpdir/we.trace"
-"$RA_TRACE" --ra-max=128K --export-size=1G "$tmpdir/we.trace" > "$tmpdir/we.out"
+"$RA_TRACE" --mode=kernel --ra-max=128K --export-size=1G "$tmpdir/we.trace" > "$tmpdir/we.out"
 expect_rows "$tmpdir/we.out" "\
 1 0 sync A 0 8 4 4 8 2
 2 0 async B 8 16 16 8 16 1
@@ -81,7 +81,7 @@ info "worked example: A 0/8/4 m4, B 8/16/16 m8, B 24/32/32 m24, B 56/32/32 m56, 
   echo "# the worked example, in hex"
   echo
   for i in $(seq 0 21); do printf '0x%x 0x4000 0   # read %d\n' $((i * 16384)) "$i"; done
-} | "$RA_TRACE" --ra-max=128K --export-size=1G --quiet > "$tmpdir/we-q.out"
+} | "$RA_TRACE" --mode=kernel --ra-max=128K --export-size=1G --quiet > "$tmpdir/we-q.out"
 [ -z "$(rows "$tmpdir/we-q.out")" ] || fail "--quiet printed windows"
 diff <(sed -n '/^# summary/,$p' "$tmpdir/we.out") \
      <(sed -n '/^# summary/,$p' "$tmpdir/we-q.out") ||
@@ -89,7 +89,7 @@ diff <(sed -n '/^# summary/,$p' "$tmpdir/we.out") \
 
 # The default export size ends at the last page read: the fifth window
 # starts at the end of the export and reads nothing.
-"$RA_TRACE" --ra-max=128K "$tmpdir/we.trace" > "$tmpdir/we-end.out"
+"$RA_TRACE" --mode=kernel --ra-max=128K "$tmpdir/we.trace" > "$tmpdir/we-end.out"
 grep -q '^# ra-trace: .* export-size=360448$' "$tmpdir/we-end.out" ||
   fail "default export size is not 360448"
 [ "$(rows "$tmpdir/we-end.out" | tail -n 1)" = "15 0 async B 88 0 0 - 0 0" ] ||
@@ -97,7 +97,7 @@ grep -q '^# ra-trace: .* export-size=360448$' "$tmpdir/we-end.out" ||
 
 # ---- G then E --------------------------------------------------------------
 printf '%s\n' "1048576 16384" "1064960 16384" > "$tmpdir/ge.trace"
-"$RA_TRACE" --ra-max=128K --export-size=1G "$tmpdir/ge.trace" > "$tmpdir/ge.out"
+"$RA_TRACE" --mode=kernel --ra-max=128K --export-size=1G "$tmpdir/ge.trace" > "$tmpdir/ge.out"
 expect_rows "$tmpdir/ge.out" "\
 1 0 sync G 256 4 0 - 4 1
 2 0 sync E 260 8 4 264 8 2" "G then E"
@@ -110,7 +110,7 @@ for i in $(seq 0 63); do
   echo "$((i * 16384)) 16384"
   echo "$((268435456 + i * 16384)) 16384"
 done > "$tmpdir/il.trace"
-"$RA_TRACE" --ra-max=128K --export-size=1G "$tmpdir/il.trace" > "$tmpdir/il.out"
+"$RA_TRACE" --mode=kernel --ra-max=128K --export-size=1G "$tmpdir/il.trace" > "$tmpdir/il.out"
 rows "$tmpdir/il.out" > "$tmpdir/il.rows"
 nx=$(awk '$4 == "C" && $5 < 65536 && $6 == 32 && $7 == 32' "$tmpdir/il.rows" | wc -l)
 ny=$(awk '$4 == "C" && $5 >= 65536 && $6 == 32 && $7 == 32' "$tmpdir/il.rows" | wc -l)
@@ -128,11 +128,40 @@ for i in $(seq 0 63); do
   echo "$((i * 16384)) 16384 1"
   echo "$((268435456 + i * 16384)) 16384 2"
 done > "$tmpdir/two.trace"
-"$RA_TRACE" --ra-max=128K --export-size=1G "$tmpdir/two.trace" > "$tmpdir/two.out"
+"$RA_TRACE" --mode=kernel --ra-max=128K --export-size=1G "$tmpdir/two.trace" > "$tmpdir/two.out"
 expect_summary "$tmpdir/two.out" "streams" 2 "two streams"
 expect_summary "$tmpdir/two.out" "windows C" 0 "two streams"
 [ "$(rows "$tmpdir/two.out" | awk '$2 == 2' | head -n 2 | awk '{ print $4 }' | tr -d '\n')" = GE ] ||
   fail "two streams: stream 2 does not start with G then E"
+
+# The marker column names the page that got the marker: after a read of
+# page 4, a read of pages 0..3 is A 0/5/1 whose marker page, 4, is cached
+# already and so gets none ("-").
+printf '16384 4096\n0 16384\n' > "$tmpdir/mk.trace"
+"$RA_TRACE" --mode=kernel --ra-max=128K "$tmpdir/mk.trace" > "$tmpdir/mk.out"
+[ "$(rows "$tmpdir/mk.out")" = "\
+1 0 sync G 4 1 0 - 1 1
+2 0 sync A 0 5 1 - 4 1" ] || fail "marker page cached already: $(rows "$tmpdir/mk.out")"
+info "a window whose marker page is cached already: marker -"
+
+# The filter's defaults, and its configuration file: the worked example
+# with ra-max and the mode from a file gives the same output; the
+# command line overrides the file.
+"$RA_TRACE" -q "$tmpdir/we.trace" > "$tmpdir/def.out"
+grep -q '^# ra-trace: page-size=4096 ra-max=8388608 io-max=1048576 cache-size=268435456 ' \
+  "$tmpdir/def.out" || fail "not the filter's defaults: $(head -n 1 "$tmpdir/def.out")"
+grep -q '^# timing: mode=adaptive .* parallel=12 .* congestion-threshold=9$' "$tmpdir/def.out" ||
+  fail "not the filter's default mode and threshold: $(sed -n 3p "$tmpdir/def.out")"
+printf 'ra-max = "128K";\nra-mode = "kernel";\n' > "$tmpdir/ra.conf"
+"$RA_TRACE" --config="$tmpdir/ra.conf" --export-size=1G "$tmpdir/we.trace" |
+  cmp -s - "$tmpdir/we.out" || fail "--config: not the output of the same options"
+"$RA_TRACE" --config="$tmpdir/ra.conf" --ra-max=64K --export-size=1G "$tmpdir/we.trace" |
+  grep -q '^# ra-trace: page-size=4096 ra-max=65536 io-max=1048576 ' ||
+  fail "--ra-max does not override the configuration file"
+printf 'ra-congestion-threshold = 3;\n' > "$tmpdir/thr.conf"
+"$RA_TRACE" -q --config="$tmpdir/thr.conf" --latency=1ms "$tmpdir/we.trace" |
+  grep -q ' congestion-threshold=3$' || fail "--config: ra-congestion-threshold not used"
+info "the filter's defaults; --config, overridden by the options"
 
 # ---- errors: FILE:LINE, exit 1 -------------------------------------------
 # expect_error DESCRIPTION MESSAGE-REGEX RA-TRACE-ARGS... (stdin: $tmpdir/in)
@@ -174,13 +203,24 @@ expect_error "past the export" \
 : > "$tmpdir/in"
 expect_error "page size" "^ra-trace: --page-size: 3000 must be a power of two" --page-size=3000
 expect_error "page size too small" "^ra-trace: --page-size: 256 must be a power of two from 512" --page-size=256
-expect_error "io-max" "^ra-trace: --io-max: 2048 is smaller than one page \(4096\)" --io-max=2k
+expect_error "io-max" "^ra-trace: --io-max: 2048 must be from one page \(4096\) to 32M" --io-max=2k
 expect_error "ra-max pages" "^ra-trace: --ra-max: 6144 is not a whole number of pages" --ra-max=6k
-expect_error "ra-max vs cache" "^ra-trace: --ra-max: 4194304 is larger than half of --cache-size" \
+expect_error "ra-max vs cache" "^ra-trace: --ra-max: 4194304 is larger than half of ra-cache-size" \
+  --ra-max=4M --cache-size=4M
+expect_error "default ra-max vs cache" "^ra-trace: ra-max: 8388608 is larger than half of ra-cache-size" \
   --cache-size=4M
 expect_error "bad size" "^ra-trace: --cache-size: '12X' is not a size" --cache-size=12X
 expect_error "missing file" "^ra-trace: $tmpdir/none: No such file" "$tmpdir/none"
 expect_error "unknown option" "^ra-trace: unknown option '--frobnicate'" --frobnicate
+printf '\nra-max = "2G";\n' > "$tmpdir/bad.conf"
+expect_error "config value" "^ra-trace: $tmpdir/bad.conf:2: ra-max: 2147483648 is larger than 1G" \
+  --config="$tmpdir/bad.conf"
+printf 'ra-max = "6k";\n' > "$tmpdir/bad.conf"
+expect_error "config check" "^ra-trace: $tmpdir/bad.conf: ra-max: 6144 is not a whole number of pages" \
+  --config="$tmpdir/bad.conf"
+printf 'ra-frob = 1;\n' > "$tmpdir/bad.conf"
+expect_error "config key" "^ra-trace: $tmpdir/bad.conf:1: ra-frob: unknown key" --config="$tmpdir/bad.conf"
+expect_error "config missing" "^ra-trace: $tmpdir/none.conf: cannot read" --config="$tmpdir/none.conf"
 info "bad input and bad options: clear messages, exit 1"
 
 # ---- timing: a 20 ms backend over a 1 GiB/s link ---------------------------
@@ -189,6 +229,10 @@ info "bad input and bad options: clear messages, exit 1"
 # speed of this machine.
 for i in $(seq 0 4095); do echo "$((i * 65536)) 65536"; done > "$tmpdir/seq.trace"
 timed="--latency=20ms --bandwidth=1G"
+# The scenarios below about the congestion bound are worked out for
+# backend requests of 256K (the filter's default ra-io-max is 1M, with
+# which an 8M window is 8 requests, below the threshold of 9).
+io256="--io-max=256K"
 
 # check_range WHAT VALUE LOW HIGH: LOW <= VALUE <= HIGH (decimals allowed)
 check_range ()
@@ -228,7 +272,7 @@ info "kernel, ra-max 128K, 20 ms: $kt bytes/s"
 # Adaptive mode, ra-max 8M: the cap grows past 128K (up to the congestion
 # bound, 8 requests of 256K) and the client is several times faster, yet
 # no faster than the link.
-"$RA_TRACE" --mode=adaptive --ra-max=8M $timed "$tmpdir/seq.trace" > "$tmpdir/a20.out"
+"$RA_TRACE" --mode=adaptive --ra-max=8M $io256 $timed "$tmpdir/seq.trace" > "$tmpdir/a20.out"
 grep -q '^# adaptive, in pages: adapt-min=32 self-max=512$' "$tmpdir/a20.out" ||
   fail "adaptive 20 ms: no or wrong '# adaptive' line"
 at=$(summary "$tmpdir/a20.out" "client throughput")
@@ -246,17 +290,17 @@ expect_summary "$tmpdir/a20.out" "backend bytes" 268435456 "adaptive 20 ms"
 [ "$lates" = "$(summary "$tmpdir/a20.out" "page waits on read ahead")" ] ||
   fail "adaptive 20 ms: $lates late events, $(summary "$tmpdir/a20.out" "page waits on read ahead") waits on read ahead"
 # Deterministic: the same run gives the same output.
-"$RA_TRACE" --mode=adaptive --ra-max=8M $timed "$tmpdir/seq.trace" | cmp -s - "$tmpdir/a20.out" ||
+"$RA_TRACE" --mode=adaptive --ra-max=8M $io256 $timed "$tmpdir/seq.trace" | cmp -s - "$tmpdir/a20.out" ||
   fail "adaptive 20 ms: two runs differ"
 info "adaptive, ra-max 8M, 20 ms: $at bytes/s, cap $cap pages, $lates late events"
 
 # Kernel mode with 8M windows of 32 requests of 256K: the congestion rule
 # (9 requests in flight of --parallel 12) skips async parts; with 256
 # slots (threshold 192) it never does.
-"$RA_TRACE" -q --mode=kernel --ra-max=8M $timed "$tmpdir/seq.trace" > "$tmpdir/k8.out"
+"$RA_TRACE" -q --mode=kernel --ra-max=8M $io256 $timed "$tmpdir/seq.trace" > "$tmpdir/k8.out"
 [ "$(summary "$tmpdir/k8.out" "congestion skips")" -gt 0 ] ||
   fail "kernel 8M over 256K requests: no congestion skips"
-"$RA_TRACE" -q --mode=kernel --ra-max=8M --parallel=256 $timed "$tmpdir/seq.trace" > "$tmpdir/k8p.out"
+"$RA_TRACE" -q --mode=kernel --ra-max=8M --parallel=256 $io256 $timed "$tmpdir/seq.trace" > "$tmpdir/k8p.out"
 expect_summary "$tmpdir/k8p.out" "congestion skips" 0 "kernel 8M, --parallel 256"
 grep -q ' congestion-threshold=192$' "$tmpdir/k8p.out" || fail "--parallel 256: threshold is not 192"
 
@@ -271,7 +315,7 @@ awk 'BEGIN { for (i = 0; i < 2048; i++) {
   printf "%d 65536 0\n", i * 65536; printf "%d 65536 1\n", 536870912 + i * 65536 } }' \
   > "$tmpdir/two.trace"
 for cache in 4M 2M; do
-  "$RA_TRACE" --mode=adaptive --ra-max=$((${cache%M} / 2))M --cache-size=$cache $timed \
+  "$RA_TRACE" --mode=adaptive --ra-max=$((${cache%M} / 2))M --cache-size=$cache $io256 $timed \
     "$tmpdir/two.trace" > "$tmpdir/share$cache.out"
   share=$((${cache%M} * 256 / 4))
   awk -v m=$share '!/^#/ && NF == 12 && $12 > m { exit 1 }' "$tmpdir/share$cache.out" ||
@@ -299,7 +343,7 @@ check_range "--parallel 1: simulated time (s)" "$(summary "$tmpdir/p1.out" "simu
 
 # A client that spends 1 ms per 64K read over a 1 ms backend: adaptive
 # windows stay below the bound and the client hardly waits: 64K per ms.
-"$RA_TRACE" -q --mode=adaptive --ra-max=8M --latency=1ms --bandwidth=1G \
+"$RA_TRACE" -q --mode=adaptive --ra-max=8M $io256 --latency=1ms --bandwidth=1G \
   --client-gap=1ms "$tmpdir/seq.trace" > "$tmpdir/gap.out"
 check_range "client gap: throughput" "$(summary "$tmpdir/gap.out" "client throughput")" 64880000 65552000
 check_range "client gap: stall time" "$(summary "$tmpdir/gap.out" "stall time")" 0 0.041
@@ -319,11 +363,12 @@ expect_error "negative latency" "^ra-trace: --latency: '-5ms' is not a time" --l
 expect_error "latency too long" "^ra-trace: --latency: '2h' is not a time" --latency=2h
 expect_error "latency over an hour" "^ra-trace: --latency: '3601s' is not a time" --latency=3601s
 expect_error "client gap" "^ra-trace: --client-gap: '1.ms' is not a time" --client-gap=1.ms
-expect_error "mode" "^ra-trace: --mode: 'linux' is neither kernel nor adaptive" --mode=linux
+expect_error "mode" "^ra-trace: --mode: 'linux' is not one of: kernel, adaptive" --mode=linux
 expect_error "bandwidth 0" "^ra-trace: --bandwidth: must not be 0" --bandwidth=0
 expect_error "bandwidth" "^ra-trace: --bandwidth: '1Gb/s' is not a size" --bandwidth=1Gb/s
-expect_error "parallel 0" "^ra-trace: --parallel: '0' is not a number from 1 to 256" --parallel=0
-expect_error "parallel 257" "^ra-trace: --parallel: '257' is not a number from 1 to 256" --parallel=257
+expect_error "parallel 0" "^ra-trace: --parallel: 0 must be from 1 to 256" --parallel=0
+expect_error "parallel 257" "^ra-trace: --parallel: 257 must be from 1 to 256" --parallel=257
+expect_error "parallel text" "^ra-trace: --parallel: 'x' is not a whole number" --parallel=x
 info "timing: kernel and adaptive bounds, congestion, bad values"
 
 # ---- --help, --version, and the man page agree ----------------------------
@@ -380,7 +425,7 @@ c1=${conns[0]} c2=${conns[1]}
 nreads=$(grep -c ' Read id=' "$log")
 [ "$nreads" -eq 25 ] || fail "expected 25 Read lines in the log, got $nreads"
 
-"$RA_TRACE" --ra-max=128K "$log" > "$tmpdir/log.out"
+"$RA_TRACE" --mode=kernel --ra-max=128K "$log" > "$tmpdir/log.out"
 grep -q '^# ra-trace: .* export-size=1048576$' "$tmpdir/log.out" ||
   fail "log: export size is not the Connect line's 1048576"
 expect_rows "$tmpdir/log.out" "\
@@ -398,13 +443,13 @@ expect_summary "$tmpdir/log.out" "client bytes" $((24 * 16384 + 100)) "log filte
 # The same reads written as a plain trace give the same windows.
 sed -n 's/.* connection=\([0-9]*\) Read id=[0-9]* offset=\(0x[0-9a-f]*\) count=\(0x[0-9a-f]*\) .*/\2 \3 \1/p' \
   "$log" > "$tmpdir/log.trace"
-"$RA_TRACE" --ra-max=128K --export-size=1M "$tmpdir/log.trace" > "$tmpdir/log-plain.out"
+"$RA_TRACE" --mode=kernel --ra-max=128K --export-size=1M "$tmpdir/log.trace" > "$tmpdir/log-plain.out"
 diff "$tmpdir/log.out" "$tmpdir/log-plain.out" ||
   fail "the log and the same reads as a plain trace differ"
 info "nbdkit log filter: $nreads Read lines on connections $c1 and $c2 replayed"
 
 # Log lines and plain lines may be mixed; other log lines are ignored.
 { head -n 8 "$log"; echo "0x100000 4096 9"; } > "$tmpdir/mixed.trace"
-"$RA_TRACE" --ra-max=128K --export-size=2M -q "$tmpdir/mixed.trace" > "$tmpdir/mixed.out"
+"$RA_TRACE" --mode=kernel --ra-max=128K --export-size=2M -q "$tmpdir/mixed.trace" > "$tmpdir/mixed.out"
 expect_summary "$tmpdir/mixed.out" "streams" 2 "mixed trace"
 info "PASS"

@@ -50,11 +50,8 @@
 #define RC_MAX_BACKGROUND  256u
 
 /* ra-mode is the engine's enum ra_mode (racache/readahead.h):
- * RA_MODE_KERNEL or RA_MODE_ADAPTIVE.  RC_MODE_* are its former names,
- * kept only until src/cache.c (the read-path rework) stops using them.
+ * RA_MODE_KERNEL or RA_MODE_ADAPTIVE.
  */
-#define RC_MODE_KERNEL   RA_MODE_KERNEL
-#define RC_MODE_ADAPTIVE RA_MODE_ADAPTIVE
 
 enum rc_congestion_policy {
   RC_CONGESTION_SKIP = 0,     /* drop the async part (kernel/FUSE rule) */

@@ -46,6 +46,15 @@ struct rc_pagecache *rc_pc_new (uint64_t cache_size, uint32_t page_size,
                                 struct rc_stats *stats);
 void rc_pc_free (struct rc_pagecache *pc);
 
+/* The same cache without page data, for a simulation (ra-trace): no
+ * memory is reserved for pages, nothing is copied (the dst and buf
+ * arguments below are not used and may be NULL), rc_pc_run_data
+ * returns NULL; pages, lists, eviction and counters are as above.
+ */
+struct rc_pagecache *rc_pc_new_nodata (uint64_t cache_size,
+                                       uint32_t page_size,
+                                       struct rc_stats *stats);
+
 /* Pages in the export; pages at or past it are never cached. */
 void rc_pc_set_nr_pages (struct rc_pagecache *pc, ra_pgoff nr_pages);
 
@@ -171,9 +180,18 @@ unsigned rc_pc_copy_run (struct rc_pagecache *pc, ra_pgoff index, unsigned n,
 void rc_pc_invalidate (struct rc_pagecache *pc, uint64_t offset,
                        uint64_t count);
 
+/* What a page is now, without touching it (a simulation waits for a
+ * page in flight itself before rc_pc_access): *marker, *ahead (read
+ * ahead and not used yet) when it is cached.
+ */
+enum rc_page_state { RC_PAGE_ABSENT, RC_PAGE_INFLIGHT, RC_PAGE_UPTODATE };
+enum rc_page_state rc_pc_peek (struct rc_pagecache *pc, ra_pgoff index,
+                               bool *marker, bool *ahead);
+
 /* Counts for tests and stats. */
 struct rc_pc_counts {
   uint64_t pages, inflight, uptodate, unused, capacity;
+  uint64_t unused_ahead;  /* unused pages read ahead (async parts) */
   uint64_t memory;   /* pages of memory the cache has touched (kept) */
 };
 void rc_pc_counts (struct rc_pagecache *pc, struct rc_pc_counts *out);

@@ -45,8 +45,8 @@
  *          ra-cache-stats-interval (rc_stats_summary), 0: not.
  * HELP     one sentence (Prometheus's HELP); the man page says more.
  *
- * Members are named as their key, except three that src/cache.c updates
- * under older names (adapt_early, adapt_waste, adapt_cap_pages).
+ * Members are named as their key, except adapt_cap_pages (in pages; its
+ * key, adapt_last_cap_bytes, is in bytes).
  */
 #define RC_STATS_ITEMS(X)                                               \
   X (LABEL, version, RC_NONE, -1, 0, "")                                \
@@ -144,9 +144,9 @@
      "Readahead trigger markers set now.")                              \
   X (COUNTER, adapt_late, RC_FIELD (adapt_late), -1, 0,                 \
      "Reads that waited for a page read ahead.")                        \
-  X (COUNTER, adapt_early_triggers, RC_FIELD (adapt_early), -1, 0,      \
+  X (COUNTER, adapt_early_triggers, RC_FIELD (adapt_early_triggers), -1, 0,      \
      "Async triggers taken early after a late read.")                   \
-  X (COUNTER, adapt_waste_events, RC_FIELD (adapt_waste), -1, 0,        \
+  X (COUNTER, adapt_waste_events, RC_FIELD (adapt_waste_events), -1, 0,        \
      "Decisions told of pages evicted unused.")                         \
   X (GAUGE, adapt_last_cap_bytes, RC_PAGES (adapt_cap_pages), -1, 0,    \
      "The cap of the last adaptive decision, bytes.")                   \

@@ -18,17 +18,13 @@
 #include <check.h>
 
 #include "racache/readahead.h"
+#include "racache/readpath.h"
 
 /* ---- a simulated page cache and the read path ------------------------ */
 
 #define SIM_PAGES 8192
 #define SIM_MAX_BATCHES 64
 #define SIM_LOG 256
-
-struct sim_batch {
-  ra_pgoff start, count;
-  bool async;
-};
 
 /* A window the read path decided, with what triggered it. */
 struct sim_win {
@@ -49,13 +45,20 @@ struct sim {
    */
   bool congested;
   /* The last submit. */
-  struct sim_batch b[SIM_MAX_BATCHES];
-  int nb;
+  struct rc_batch b[SIM_MAX_BATCHES];
+  unsigned nb;
   struct ra_submit_result res;
   ra_pgoff dropped;
   /* Every window decided, in order. */
   struct sim_win log[SIM_LOG];
   int nlog;
+  /* The client read in progress (sim_read): the shared read path's
+   * counters, and where its windows go.
+   */
+  struct rc_stats st;
+  struct rc_read *rd;
+  struct ra_window *out;
+  int nout, max_out;
 };
 
 static bool
@@ -87,7 +90,7 @@ sim_batch (void *opaque, ra_pgoff start, ra_pgoff count, bool async)
 {
   struct sim *s = opaque;
 
-  ck_assert_int_lt (s->nb, SIM_MAX_BATCHES);
+  ck_assert_uint_lt (s->nb, SIM_MAX_BATCHES);
   s->b[s->nb].start = start;
   s->b[s->nb].count = count;
   s->b[s->nb].async = async;
@@ -152,8 +155,17 @@ sim_count_markers (const struct sim *s)
   return n;
 }
 
-/* One trigger: ondemand, submit, and (when congested) the skip rule of
- * src/cache.c for a client request ending at page last = index + req.
+static ra_pgoff
+sim_abandon (void *opaque, ra_pgoff start, ra_pgoff count)
+{
+  for (ra_pgoff k = 0; k < count; k++)
+    sim_evict (opaque, start + k);
+  return count;
+}
+
+/* One trigger: the decision of the shared read path (rc_read_decide),
+ * submit, and (when congested) the drop step of src/cache.c for a
+ * client request ending at page last = index + req.
  */
 static void
 sim_trigger (struct sim *s, ra_pgoff index, bool marker, ra_pgoff req,
@@ -161,25 +173,14 @@ sim_trigger (struct sim *s, ra_pgoff index, bool marker, ra_pgoff req,
 {
   ra_pgoff last = index + req;
 
-  ra_ondemand (&s->ra, &s->p, &sim_ops, s, index, marker, req, w);
+  rc_read_decide (&s->ra, &s->p, &sim_ops, s, s->rd, index, marker, last,
+                  NULL, w);
   s->nb = 0;
   s->dropped = 0;
   ra_submit (w, s->p.io_max, &sim_submit_ops, s, &s->res);
-  if (s->congested && s->res.async_pages > 0) {
-    int i, j;
-
-    for (i = j = 0; i < s->nb; i++) {
-      if (s->b[i].async && s->b[i].start >= last) {
-        for (ra_pgoff k = 0; k < s->b[i].count; k++)
-          sim_evict (s, s->b[i].start + k);
-        s->dropped += s->b[i].count;
-      }
-      else
-        s->b[j++] = s->b[i];
-    }
-    s->nb = j;
-    ra_drop_async (&s->ra, w, s->dropped);
-  }
+  if (s->congested && s->res.async_pages > 0)
+    s->dropped = rc_drop_async_batches (&s->ra, w, last, s->b, &s->nb,
+                                        sim_abandon, s);
   ck_assert_int_lt (s->nlog, SIM_LOG);
   s->log[s->nlog].w = *w;
   s->log[s->nlog].index = index;
@@ -187,36 +188,81 @@ sim_trigger (struct sim *s, ra_pgoff index, bool marker, ra_pgoff req,
   s->nlog++;
 }
 
-/* The read path (doc/readahead-rules.md), for one client read; records the
- * windows. */
+/* The shared read path's ops (src/readpath.c) over the simulation:
+ * pages are up to date as soon as they are inserted.
+ */
+static enum rc_access
+sim_access (void *opaque, struct rc_read *rd, ra_pgoff i, uint64_t from,
+            uint64_t to, bool *waited, bool *waited_ahead)
+{
+  struct sim *s = opaque;
+
+  (void) rd; (void) from; (void) to;
+  *waited = *waited_ahead = false;
+  if (!s->cached[i])
+    return RC_ACCESS_ABSENT;
+  if (s->marker[i]) {
+    s->marker[i] = false;
+    return RC_ACCESS_MARKER;
+  }
+  return RC_ACCESS_COPIED;
+}
+
+static int
+sim_read_trigger (void *opaque, struct rc_read *rd, ra_pgoff i, bool marker,
+                  int *err)
+{
+  struct sim *s = opaque;
+  struct ra_window w;
+
+  (void) err;
+  sim_trigger (s, i, marker, rd->last - i, &w);
+  if (s->nout < s->max_out)
+    s->out[s->nout] = w;
+  s->nout++;
+  /* Correction 3: a sync trigger always reads the page it needs. */
+  if (!marker)
+    ck_assert (s->cached[i]);
+  return 0;
+}
+
+static int
+sim_direct (void *opaque, struct rc_read *rd, ra_pgoff i, uint64_t from,
+            uint64_t to, int *err)
+{
+  (void) opaque; (void) rd; (void) from; (void) to; (void) err;
+  ck_abort_msg ("page %llu read around the cache", (unsigned long long) i);
+  return -1;
+}
+
+static const struct rc_read_ops sim_read_ops = {
+  .access = sim_access,
+  .trigger = sim_read_trigger,
+  .cached = sim_cached,
+  .direct = sim_direct,
+};
+
+/* The read path of doc/readahead-rules.md (rc_read_path), for one client read;
+ * records the windows.
+ */
 static int
 sim_read (struct sim *s, uint64_t offset, uint64_t count,
           struct ra_window *out, int max_out)
 {
-  ra_pgoff index = offset >> s->p.page_shift;
-  ra_pgoff last = (offset + count + (UINT64_C(1) << s->p.page_shift) - 1)
-    >> s->p.page_shift;
-  int n = 0;
+  struct rc_read rd;
+  int err = 0;
 
-  ck_assert_uint_le (last, SIM_PAGES);
-  for (ra_pgoff i = index; i < last; i++) {
-    struct ra_window w;
-    if (!s->cached[i]) {
-      sim_trigger (s, i, false, last - i, &w);
-      if (n < max_out) out[n] = w;
-      n++;
-      /* Correction 3: a sync trigger always reads the page it needs. */
-      ck_assert (s->cached[i]);
-    }
-    if (s->marker[i]) {
-      s->marker[i] = false;
-      sim_trigger (s, i, true, last - i, &w);
-      if (n < max_out) out[n] = w;
-      n++;
-    }
-  }
+  rc_read_init (&rd, offset, count, s->p.page_shift);
+  ck_assert_uint_le (rd.last, SIM_PAGES);
+  s->rd = &rd;
+  s->out = out;
+  s->nout = 0;
+  s->max_out = max_out;
+  ck_assert_int_eq (rc_read_path (&sim_read_ops, s, &s->st, s->p.page_shift,
+                                  &rd, &err), 0);
+  s->rd = NULL;
   ra_update_prev_pos (&s->ra, offset + count);
-  return n;
+  return s->nout;
 }
 
 /* Read pages [index, index + n): a page-aligned client read. */
@@ -350,6 +396,39 @@ START_TEST (test_G_then_E)
   ck_assert_int_eq (s->nb, 2);
   ck_batch (s, 0, 104, 4, false);
   ck_batch (s, 1, 108, 4, true);
+  free (s);
+}
+END_TEST
+
+/* A miss partway through a client read (the trace 409600 4096, 204800
+ * 4096, 409600 12288 at ra-max 128K): reads of page 100 and page 50 are
+ * G (no history, no state): [100] and [50], prev_pos = 51 * 4096.  The
+ * read of pages 100..102 hits 100 and misses at 101 with req = 2.
+ * Linux 5.18 stores prev_pos after each copied batch (filemap_read), so
+ * there prev_pos is 101 * 4096 at the miss: E, INITIAL init_size(2) =
+ * 4 (r = 2 <= 8 -> 2r), async 4 - 2 = 2, marker 103.  ra-cache moves
+ * prev_pos at the end of a client read (RC_PREV_POS_PER_BATCH 0,
+ * include/racache/readpath.h): prev_pos's page is 51, so not E; F:
+ * history(101) = 1 (page 100), not > req 2; G: exactly [101, 103).
+ */
+START_TEST (test_miss_partway_prev_pos)
+{
+  struct sim *s = sim_std ();
+  struct ra_window w[4];
+
+  ck_assert_int_eq (sim_read (s, 409600, 4096, w, 4), 1);
+  ck_win (w[0], RA_G_RANDOM, 100, 1, 0, NOM);
+  ck_assert_int_eq (sim_read (s, 204800, 4096, w, 4), 1);
+  ck_win (w[0], RA_G_RANDOM, 50, 1, 0, NOM);
+  ck_assert_int_eq (sim_read (s, 409600, 12288, w, 4), 1);
+#if RC_PREV_POS_PER_BATCH
+  ck_win (w[0], RA_E_SEQ_MISS, 101, 4, 2, 103);
+  ck_state (s, 101, 4, 2);
+#else
+  ck_win (w[0], RA_G_RANDOM, 101, 2, 0, NOM);
+  ck_state (s, 0, 0, 0);
+#endif
+  ck_assert_uint_eq (s->ra.prev_pos, 409600 + 12288);
   free (s);
 }
 END_TEST
@@ -607,9 +686,11 @@ END_TEST
 /* h <= req goes to G.
  * 96..99 cached, read 4 at 100: h = 4 <= 4 -> G (100, 4, 0, none).
  * 97..99 cached: h = 3 -> G.
- * The look-back is at most max: ra_max 8, 0..19 cached, read 8 at 20:
- * h = 8 (not 20, so it does not reach page 0 and is not doubled), 8 <= 8
- * -> G (20, 8, 0, none).
+ * The look-back is at most max - 1, as Linux 5.18 counts
+ * (count_history_pages): ra_max 8, 0..19 cached, read 8 at 20: h = 7
+ * (not 20, so it does not reach page 0 and is not doubled), 7 <= 8 -> G
+ * (20, 8, 0, none).  Read 7 at 20: h = 7 <= 7 -> G (20, 7, 0, none)
+ * (counting max pages, 8 > 7, it would be F).
  */
 START_TEST (test_F_short_history_G)
 {
@@ -632,6 +713,12 @@ START_TEST (test_F_short_history_G)
   sim_cache_range (s, 0, 20);
   ck_assert_int_eq (sim_read_pages (s, 20, 8, w, 4), 1);
   ck_win (w[0], RA_G_RANDOM, 20, 8, 0, NOM);
+  free (s);
+
+  s = sim_new (12, 8, 8, (uint64_t) SIM_PAGES << 12);
+  sim_cache_range (s, 0, 20);
+  ck_assert_int_eq (sim_read_pages (s, 20, 7, w, 4), 1);
+  ck_win (w[0], RA_G_RANDOM, 20, 7, 0, NOM);
   free (s);
 }
 END_TEST
@@ -1484,6 +1571,7 @@ readahead_suite (void)
   tcase_add_loop_test (tc, test_worked_example, 0,
                        sizeof we_shifts / sizeof we_shifts[0]);
   tcase_add_test (tc, test_G_then_E);
+  tcase_add_test (tc, test_miss_partway_prev_pos);
   tcase_add_test (tc, test_interleaved_C);
   suite_add_tcase (s, tc);
 

@@ -1,0 +1,721 @@
+/* ra-trace: the simulation (src/trace-sim.h).
+ *
+ * The simulation follows the read path of doc/readahead-rules.md: for each
+ * page of a read, from its first: a page that is not cached is a sync
+ * trigger (ondemand (i, false, last - i)); a page that carries the
+ * marker has it cleared and is an async trigger (ondemand (i, true,
+ * last - i)); each window is submitted with ra_submit; prev_pos is set
+ * with ra_update_prev_pos when the read is done (the page walk is the
+ * core's rc_read_path).  Without timing, pages are up to date as soon as
+ * their window is submitted (no latency, and so no congestion).  Each stream has its own stream state; the cache (and so
+ * the markers) is shared by all of them, as in the filter, where the
+ * state is per NBD connection.
+ *
+ * The cache is the filter's page cache (src/pagecache.c) without page
+ * data (rc_pc_new_nodata): its eviction rule, its counters (in struct
+ * rc_stats, as the filter's), its waste feedback; a page in flight is
+ * waited for by moving the clock to its read's completion (rc_pc_peek)
+ * before rc_pc_access.  Each stream gives back the pages it read once
+ * behind it as the filter's streams do (rc_behind_start, rc_behind_end,
+ * rc_pc_drop_behind).
+ *
+ * Timing (--latency, --bandwidth, --parallel, --client-gap) and adaptive
+ * mode (the default): a discrete-event simulation over a virtual
+ * clock (ns).  There is one client timeline: the reads are replayed one
+ * after another in trace order, whatever their stream, --client-gap
+ * apart.  Each backend read (a batch of ra_submit) is issued at the
+ * clock of its trigger and computed at once, first come first served:
+ * it starts when one of --parallel slots is free (at or after its issue),
+ * its transfer starts after the latency and once the link is free (one
+ * link, transfers serialized on it), and it completes after its bytes /
+ * bandwidth; its pages are ready then.  A client that needs a page not
+ * ready yet waits: the clock moves to its completion.  Reads complete in
+ * order of their completion time as the clock passes them: the backend
+ * model (ra_model_sample, start to completion) learns from them and
+ * their pages become up to date (rc_pc_complete).  The congestion rule of the filter (ra-congestion=skip)
+ * applies: a window submitted while threshold reads are in flight (issued,
+ * not complete) reads only its sync part.  In adaptive mode each trigger
+ * gets struct ra_inputs as src/cache.c gives them (clock, model estimate,
+ * share of the cache over its markers, the stream's read-ahead pages
+ * evicted unused), and a wait for a page an async part had in flight is
+ * late feedback: ra_late, and an early async trigger at the marker it
+ * names, as src/cache.c late() does (with its congestion condition).
+ * With no latency and no bandwidth limit every read completes at its
+ * issue: the replay is exactly the instant one above.
+ */
+
+#include <config.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trace-sim.h"
+
+static void *
+xrealloc (void *p, size_t n)
+{
+  p = realloc (p, n);
+  if (!p)
+    rt_fatal ("out of memory");
+  return p;
+}
+
+/* ---- the page cache: the filter's (src/pagecache.c), without data ---- */
+
+/* The engine parameters p are the filter's, from the configuration cfg
+ * (rc_engine_params: adapt_min 128K, self_max = threshold - 1 reads of
+ * io_max, parallel = ra-max-background).  The page cache is the
+ * filter's own, without page data.
+ */
+void
+sim_init (struct sim *s, const struct rc_config *cfg,
+          const struct ra_params *p, bool quiet)
+{
+  memset (s, 0, sizeof *s);
+  s->cfg = *cfg;
+  s->p = *p;
+  s->page_size = UINT64_C (1) << p->page_shift;
+  s->pc = rc_pc_new_nodata (cfg->cache_size, (uint32_t) s->page_size,
+                            &s->st);
+  if (!s->pc)
+    rt_fatal ("out of memory");
+  rc_pc_set_nr_pages (s->pc, ra_nr_pages (p));
+  s->capacity = rc_pc_capacity (s->pc);
+  s->quiet = quiet;
+  s->congestion_threshold = cfg->congestion_threshold;
+  s->again_page = RA_NO_MARKER;
+  ra_model_init (&s->model);
+}
+
+/* The timing options (tm->parallel and tm->adaptive are the
+ * configuration's ra-max-background and ra-mode).
+ */
+void
+sim_set_timing (struct sim *s, const struct timing *tm, size_t nstreams)
+{
+  s->tm = *tm;
+  if (s->tm.parallel == 0)
+    s->tm.parallel = 1;
+  s->timed = tm->latency_ns > 0 || tm->bandwidth > 0;
+  s->extended = s->timed || tm->adaptive || tm->gap_ns > 0;
+  s->slot_free = xrealloc (NULL, s->tm.parallel * sizeof *s->slot_free);
+  memset (s->slot_free, 0, s->tm.parallel * sizeof *s->slot_free);
+  s->nstreams = nstreams;
+  s->streams = xrealloc (NULL, (nstreams ? nstreams : 1) * sizeof *s->streams);
+  memset (s->streams, 0, (nstreams ? nstreams : 1) * sizeof *s->streams);
+  for (size_t i = 0; i < nstreams; i++)
+    rc_behind_init (&s->streams[i].behind);
+}
+
+/* a + b of the clock; the simulation stops rather than wrap. */
+static uint64_t
+clock_add (uint64_t a, uint64_t b)
+{
+  if (a > UINT64_MAX - b)
+    rt_fatal ("the simulated clock passes 2^64 ns (584 years): use a "
+              "smaller --latency or --client-gap, or a larger --bandwidth");
+  return a + b;
+}
+
+/* The page cache's owner number of the stream being replayed (the
+ * waste feedback of adaptive mode is per owner).
+ */
+static unsigned
+cur_owner (const struct sim *s)
+{
+  return (unsigned) (s->cur_stream % (RC_PC_OWNERS - 1)) + 1;
+}
+
+/* ra_submit's callbacks: insert as src/cache.c does. */
+static bool
+sub_insert (void *opaque, ra_pgoff index, bool marker, bool async)
+{
+  struct sim *s = opaque;
+
+  if (!rc_pc_insert (s->pc, index, marker,
+                     async ? RC_INSERT_AHEAD
+                     : s->cur_random ? RC_INSERT_RANDOM : RC_INSERT_SYNC,
+                     cur_owner (s)))
+    return false;
+  if (marker)
+    s->window_marker = index;
+  if (async)
+    STAT_ADD (&s->st, async_pages, 1);
+  else
+    STAT_ADD (&s->st, sync_pages, 1);
+  return true;
+}
+
+/* A batch is kept until the window is submitted: the congestion rule may
+ * drop the async ones, then issue_batch issues the others.
+ */
+static void
+sub_batch (void *opaque, ra_pgoff start, ra_pgoff count, bool async)
+{
+  struct sim *s = opaque;
+
+  if (s->nbatches == s->batches_alloc) {
+    s->batches_alloc = s->batches_alloc ? 2 * s->batches_alloc : 64;
+    s->batches = xrealloc (s->batches,
+                           s->batches_alloc * sizeof *s->batches);
+  }
+  s->batches[s->nbatches].start = start;
+  s->batches[s->nbatches].count = count;
+  s->batches[s->nbatches].async = async;
+  s->nbatches++;
+}
+
+static const struct ra_submit_ops submit_ops = {
+  .insert = sub_insert, .batch = sub_batch
+};
+
+/* ---- the backend (timed replay) ----------------------------------------- */
+
+static bool
+read_before (const struct backend_read *a, const struct backend_read *b)
+{
+  return a->done < b->done || (a->done == b->done && a->seq < b->seq);
+}
+
+static void
+heap_push (struct sim *s, const struct backend_read *r)
+{
+  size_t i;
+
+  if (s->nheap == s->heap_alloc) {
+    s->heap_alloc = s->heap_alloc ? 2 * s->heap_alloc : 64;
+    s->heap = xrealloc (s->heap, s->heap_alloc * sizeof *s->heap);
+  }
+  i = s->nheap++;
+  while (i > 0 && read_before (r, &s->heap[(i - 1) / 2])) {
+    s->heap[i] = s->heap[(i - 1) / 2];
+    i = (i - 1) / 2;
+  }
+  s->heap[i] = *r;
+}
+
+static struct backend_read
+heap_pop (struct sim *s)
+{
+  struct backend_read top = s->heap[0], last = s->heap[--s->nheap];
+  size_t i = 0, n = s->nheap;
+
+  for (;;) {
+    size_t c = 2 * i + 1;
+
+    if (c >= n)
+      break;
+    if (c + 1 < n && read_before (&s->heap[c + 1], &s->heap[c]))
+      c++;
+    if (!read_before (&s->heap[c], &last))
+      break;
+    s->heap[i] = s->heap[c];
+    i = c;
+  }
+  if (n > 0)
+    s->heap[i] = last;
+  return top;
+}
+
+/* A backend read completed: the model learns its time, and its pages
+ * are up to date now.
+ */
+static void
+complete_read (struct sim *s, const struct backend_read *r)
+{
+  ra_model_sample (&s->model, r->count, r->ns);
+  rc_pc_complete (s->pc, r->start, r->count, NULL, 0, 0);
+}
+
+/* When the backend read that has page index in flight completes. */
+static uint64_t
+ready_time (const struct sim *s, ra_pgoff index)
+{
+  size_t k;
+
+  for (k = 0; k < s->nheap; k++)
+    if (index >= s->heap[k].start &&
+        index < s->heap[k].start + s->heap[k].count)
+      return s->heap[k].done;
+  rt_fatal ("internal error: page %" PRIu64 " is in flight but was never "
+            "issued (read %" PRIu64 ")", (uint64_t) index, s->cur_read);
+}
+
+/* Move the clock to t (never back), completing the reads done by then. */
+static void
+set_clock (struct sim *s, uint64_t t)
+{
+  while (s->nheap > 0 && s->heap[0].done <= t) {
+    struct backend_read r = heap_pop (s);
+    complete_read (s, &r);
+  }
+  if (t > s->now)
+    s->now = t;
+}
+
+/* Nanoseconds to move bytes over the link (rounded up). */
+static uint64_t
+transfer_ns (const struct sim *s, uint64_t bytes)
+{
+  unsigned __int128 ns = (unsigned __int128) bytes * 1000000000u;
+
+  ns = (ns + s->tm.bandwidth - 1) / s->tm.bandwidth;
+  return ns > UINT64_MAX ? UINT64_MAX : (uint64_t) ns;
+}
+
+/* Issue a backend read of pages [start, start + count) now. */
+static void
+issue_batch (struct sim *s, ra_pgoff start, ra_pgoff count)
+{
+  uint64_t from = start << s->p.page_shift;
+  uint64_t to = (start + count) << s->p.page_shift;
+  struct backend_read r;
+  uint64_t begin, done;
+  unsigned k, slot = 0;
+
+  /* The last page of the export may be partial: read what exists. */
+  if (to > s->p.export_size)
+    to = s->p.export_size;
+  STAT_ADD (&s->st, backend_reads, 1);
+  STAT_ADD (&s->st, backend_bytes, to > from ? to - from : 0);
+  if (!s->timed) {              /* instant: up to date at once */
+    ra_model_sample (&s->model, count, 0);
+    rc_pc_complete (s->pc, start, count, NULL, 0, 0);
+    return;
+  }
+  /* The slot free first; the read starts there, at or after now. */
+  for (k = 1; k < s->tm.parallel; k++)
+    if (s->slot_free[k] < s->slot_free[slot])
+      slot = k;
+  begin = s->slot_free[slot] > s->now ? s->slot_free[slot] : s->now;
+  done = clock_add (begin, s->tm.latency_ns);
+  if (s->tm.bandwidth) {
+    if (done < s->link_free)
+      done = s->link_free;
+    done = clock_add (done, transfer_ns (s, to > from ? to - from : 0));
+    s->link_free = done;
+  }
+  s->slot_free[slot] = done;
+  r.done = done;
+  r.seq = s->seq++;
+  r.ns = done - begin;
+  r.start = start;
+  r.count = count;
+  heap_push (s, &r);
+}
+
+/* Backend reads issued and not complete (the filter's executing +
+ * queued).
+ */
+static size_t
+inflight (const struct sim *s)
+{
+  return s->nheap;
+}
+
+/* The congestion rule dropped a batch: remove its new pages. */
+static ra_pgoff
+drop_pages (void *opaque, ra_pgoff start, ra_pgoff count)
+{
+  struct sim *s = opaque;
+  ra_pgoff n = rc_pc_abandon (s->pc, start, count);
+
+  STAT_SUB (&s->st, async_pages, n);
+  return n;
+}
+
+/* ---- replay ------------------------------------------------------------- */
+
+/* Widths of the window table (see --help and ra-trace(1)). */
+#define ROW_FMT "%7" PRIu64 " %6" PRIu64 " %-7s %-6s %10" PRIu64 " %6" PRIu64 \
+  " %6" PRIu64 " %10s %8" PRIu64 " %7" PRIu64
+#define HEAD_FMT "#%6s %6s %-7s %-6s %10s %6s %6s %10s %8s %7s"
+
+void
+print_table_header (const struct sim *s)
+{
+  printf (HEAD_FMT, "read", "stream", "trigger", "branch", "start", "size",
+          "async", "marker", "inserted", "batches");
+  if (s->extended)
+    printf (" %12s", "time_ms");
+  if (s->tm.adaptive)
+    printf (" %6s", "cap");
+  putchar ('\n');
+}
+
+/* What adaptive mode measures, as src/cache.c adaptive_inputs. */
+static void
+adaptive_inputs (struct sim *s, struct ra_inputs *in)
+{
+  in->now_ns = s->now;
+  if (!ra_model_estimate (&s->model, &in->lat_ns, &in->page_ns))
+    in->lat_ns = -1;
+  in->share = ra_fair_share (s->capacity, rc_pc_markers (s->pc));
+  in->wasted = rc_pc_take_wasted (s->pc, cur_owner (s));
+}
+
+/* A trigger at page index of a read ending at page last (req = last -
+ * index); kind is "sync", "async" or "early" (an async trigger made early
+ * by the late feedback).
+ */
+static void
+trigger (struct sim *s, struct ra_state *ra, ra_pgoff index, bool marker,
+         ra_pgoff last, const struct rc_read *rd, const char *kind)
+{
+  struct ra_window w;
+  struct ra_submit_result res = { 0, 0, 0 };
+  ra_pgoff dropped = 0;
+  uint64_t issued;
+  char mbuf[24];
+  unsigned b;
+
+  struct ra_inputs in;
+  struct rc_congestion cg;
+
+  if (s->tm.adaptive)
+    adaptive_inputs (s, &in);
+  rc_read_decide (ra, &s->p, &rc_pc_query_ops, s->pc, rd, index, marker, last,
+                  s->tm.adaptive ? &in : NULL, &w);
+  s->nbatches = 0;
+  s->window_marker = RA_NO_MARKER;
+  s->cur_random = w.branch == RA_G_RANDOM;
+  if (w.size > 0)
+    ra_submit (&w, s->p.io_max, &submit_ops, s, &res);
+  /* The filter's congestion rule (src/readpath.c): only speculation
+   * past the request is dropped.  (An instant backend has nothing in
+   * flight.)
+   */
+  cg.policy = s->cfg.congestion;
+  cg.inflight = (unsigned) inflight (s);
+  cg.threshold = s->congestion_threshold;
+  if (s->timed && res.async_pages > 0 && !rc_keep_async (&cg)) {
+    dropped = rc_drop_async_batches (ra, &w, last, s->batches, &s->nbatches,
+                                     drop_pages, s);
+    if (dropped > 0) {
+      STAT_ADD (&s->st, async_skipped, 1);
+      STAT_ADD (&s->st, async_skipped_pages, dropped);
+    }
+  }
+  issued = s->nbatches;
+  for (b = 0; b < s->nbatches; b++)
+    issue_batch (s, s->batches[b].start, s->batches[b].count);
+  s->nbatches = 0;
+
+  if (marker)
+    s->c.async_triggers++;
+  else
+    s->c.sync_triggers++;
+  STAT_ADD (&s->st, windows[w.branch < RA_NR_BRANCHES ? w.branch : RA_NONE], 1);
+  if (w.size > s->c.largest_window)
+    s->c.largest_window = w.size;
+  if (s->streams && s->cur_stream < s->nstreams) {
+    struct stream_info *si = &s->streams[s->cur_stream];
+
+    if (w.size > si->largest_window)
+      si->largest_window = w.size;
+    if (ra->ad.cap > si->largest_cap)
+      si->largest_cap = ra->ad.cap;
+  }
+  if (s->quiet)
+    return;
+  /* The marker column names the page that got the marker: none when the
+   * window's marker page was cached already (submit skips it) or its
+   * async part was dropped.
+   */
+  if (s->window_marker == RA_NO_MARKER ||
+      !rc_pc_query_ops.cached (s->pc, s->window_marker))
+    strcpy (mbuf, "-");
+  else
+    snprintf (mbuf, sizeof mbuf, "%" PRIu64, (uint64_t) s->window_marker);
+  printf (ROW_FMT, s->cur_read, s->cur_stream_id, kind,
+          ra_branch_name (w.branch),
+          (uint64_t) w.start, (uint64_t) w.size, (uint64_t) w.async_size,
+          mbuf, (uint64_t) (res.sync_pages + res.async_pages - dropped),
+          issued);
+  if (s->extended)
+    printf (" %12.3f", (double) s->now / 1e6);
+  if (s->tm.adaptive)
+    printf (" %6" PRIu64, (uint64_t) ra->ad.cap);
+  putchar ('\n');
+}
+
+/* Adaptive mode: the client waited for page index, which an async part
+ * had in flight (src/cache.c late()): the engine counts it and may name
+ * the stream's next marker, which is taken now for an early async
+ * trigger, unless that window's reads would reach the congestion
+ * threshold.
+ */
+static void
+late (struct sim *s, struct ra_state *ra, ra_pgoff index)
+{
+  ra_pgoff m = ra_late (ra, &s->p, index);
+  uint64_t reads = (ra->ad.cap + s->p.io_max - 1) / s->p.io_max;
+
+  STAT_ADD (&s->st, adapt_late, 1);
+  if (m == RA_NO_MARKER ||
+      !rc_early_trigger_ok ((unsigned) inflight (s), (unsigned) reads,
+                            s->congestion_threshold))
+    return;
+  if (!rc_pc_take_marker (s->pc, m))
+    return;
+  STAT_ADD (&s->st, adapt_early_triggers, 1);
+  trigger (s, ra, m, true, m + 1, NULL, "early");
+}
+
+/* The shared read path's ops (src/readpath.c) over the simulation, for
+ * one client read (opaque: struct sim; rd->user: the stream state).
+ */
+static enum rc_access
+sim_access (void *opaque, struct rc_read *rd, ra_pgoff i, uint64_t from,
+            uint64_t to, bool *waited, bool *waited_ahead)
+{
+  struct sim *s = opaque;
+  bool marker, ahead, ignored;
+
+  (void) rd; (void) from; (void) to;
+  *waited = *waited_ahead = false;
+  if (rc_pc_peek (s->pc, i, &marker, &ahead) == RC_PAGE_INFLIGHT &&
+      !marker) {
+    /* In flight: wait for it (the clock moves to its read's completion,
+     * which makes it up to date).  A read-ahead page nobody used yet is
+     * the late case of adaptive mode.
+     */
+    uint64_t ready = ready_time (s, i);
+
+    *waited = true;
+    *waited_ahead = ahead && s->tm.adaptive;
+    if (ahead)
+      s->c.ahead_waits++;
+    s->c.stall_ns += ready - s->now;
+    set_clock (s, ready);
+  }
+  return rc_pc_access (s->pc, i, NULL, 0, 0, i == s->again_page, NULL, NULL,
+                       &ignored, &ignored);
+}
+
+static int
+sim_trigger (void *opaque, struct rc_read *rd, ra_pgoff i, bool marker,
+             int *err)
+{
+  (void) err;
+  trigger (opaque, rd->user, i, marker, rd->last, rd,
+           marker ? "async" : "sync");
+  return 0;
+}
+
+static bool
+sim_cached (void *opaque, ra_pgoff i)
+{
+  struct sim *s = opaque;
+
+  return rc_pc_query_ops.cached (s->pc, i);
+}
+
+static void
+sim_late (void *opaque, struct rc_read *rd, ra_pgoff i)
+{
+  late (opaque, rd->user, i);
+}
+
+/* The cache could not hold the page (its shard full of pages in
+ * flight): the filter reads it around the cache, one backend read.
+ */
+static int
+sim_direct (void *opaque, struct rc_read *rd, ra_pgoff i, uint64_t from,
+            uint64_t to, int *err)
+{
+  struct sim *s = opaque;
+
+  (void) rd; (void) i; (void) err;
+  STAT_ADD (&s->st, backend_reads, 1);
+  STAT_ADD (&s->st, backend_bytes, to - from);
+  return 0;
+}
+
+static const struct rc_read_ops sim_read_ops = {
+  .access = sim_access,
+  .trigger = sim_trigger,
+  .cached = sim_cached,
+  .late = sim_late,
+  .direct = sim_direct,
+};
+
+/* The read path of doc/readahead-rules.md for one client read. */
+void
+replay_read (struct sim *s, struct ra_state *ra, const struct trace_read *r)
+{
+  struct rc_read rd;
+  int err = 0, slot = -1;
+
+  s->cur_stream_id = r->stream_id;
+  s->cur_stream = r->stream;
+  if (STAT_GET (&s->st, client_reads) > 0 && s->tm.gap_ns > 0)
+    set_clock (s, clock_add (s->now, s->tm.gap_ns));
+  STAT_ADD (&s->st, client_reads, 1);
+  rc_read_init (&rd, r->offset, r->length, s->p.page_shift);
+  rd.user = ra;
+  /* The page where the stream's previous read ended: reading on in it
+   * is not a second use (as src/cache.c rc_read).
+   */
+  s->again_page = ra->prev_pos > 0 ? (ra->prev_pos - 1) >> s->p.page_shift
+    : RA_NO_MARKER;
+  if (s->streams && s->cur_stream < s->nstreams)
+    slot = rc_behind_start (&s->streams[s->cur_stream].behind, rd.first);
+  rc_read_path (&sim_read_ops, s, &s->st, s->p.page_shift, &rd, &err);
+  ra_update_prev_pos (ra, r->offset + r->length);
+  /* Drop-behind, as src/cache.c rc_read. */
+  if (s->streams && s->cur_stream < s->nstreams) {
+    ra_pgoff to, from;
+
+    from = rc_behind_end (&s->streams[s->cur_stream].behind, slot, rd.first,
+                          (r->offset + r->length) >> s->p.page_shift,
+                          rc_pc_behind_pages (s->pc), &to);
+    rc_pc_drop_behind (s->pc, from, to);
+  }
+}
+
+/* ---- output ------------------------------------------------------------- */
+
+static void
+print_kv (const char *key, uint64_t v)
+{
+  printf ("%-28s %" PRIu64 "\n", key, v);
+}
+
+static void
+print_kv_pct (const char *key, uint64_t v, uint64_t of, const char *what)
+{
+  if (of)
+    printf ("%-28s %" PRIu64 " (%.1f%% of %s)\n", key, v,
+            100.0 * (double) v / (double) of, what);
+  else
+    print_kv (key, v);
+}
+
+static void
+print_time_kv (const char *key, uint64_t ns)
+{
+  printf ("%-28s %.6f s\n", key, (double) ns / 1e9);
+}
+
+/* The timing and adaptive lines of the summary. */
+void
+print_timing (const struct sim *s, const struct ra_state *states,
+              const uint64_t *stream_ids)
+{
+  const struct counters *c = &s->c;
+  double lat, page;
+  size_t i;
+
+  print_time_kv ("simulated time:", s->now);
+  if (s->now > 0) {
+    double bps = (double) STAT_GET (&s->st, client_bytes) * 1e9
+      / (double) s->now;
+    printf ("%-28s %.0f bytes/s (%.2f MB/s)\n", "client throughput:", bps,
+            bps / 1e6);
+  }
+  else
+    printf ("%-28s -\n", "client throughput:");
+  if (s->now > 0)
+    printf ("%-28s %.6f s (%.1f%% of simulated time)\n", "stall time:",
+            (double) c->stall_ns / 1e9,
+            100.0 * (double) c->stall_ns / (double) s->now);
+  else
+    print_time_kv ("stall time:", c->stall_ns);
+  print_kv ("page waits:", STAT_GET (&s->st, page_waits));
+  print_kv ("page waits on read ahead:", c->ahead_waits);
+  print_kv ("congestion skips:", STAT_GET (&s->st, async_skipped));
+  print_kv ("pages skipped:", STAT_GET (&s->st, async_skipped_pages));
+  if (ra_model_estimate (&s->model, &lat, &page)) {
+    printf ("%-28s %.0f ns (%.3f ms)\n", "model latency:", lat, lat / 1e6);
+    printf ("%-28s %.1f ns\n", "model cost per page:", page);
+  }
+  else {
+    printf ("%-28s -\n", "model latency:");
+    printf ("%-28s -\n", "model cost per page:");
+  }
+  print_kv ("largest window:", c->largest_window);
+  if (!s->tm.adaptive)
+    return;
+  print_kv ("late events:", STAT_GET (&s->st, adapt_late));
+  print_kv ("early triggers:", STAT_GET (&s->st, adapt_early_triggers));
+  for (i = 0; i < s->nstreams; i++) {
+    char key[48];
+
+    snprintf (key, sizeof key, "stream %" PRIu64 " cap:", stream_ids[i]);
+    printf ("%-28s %" PRIu64 " (largest %" PRIu64 ", largest window %"
+            PRIu64 ", late %" PRIu64 ", waste %" PRIu64 ")\n", key,
+            (uint64_t) states[i].ad.cap, (uint64_t) s->streams[i].largest_cap,
+            (uint64_t) s->streams[i].largest_window,
+            states[i].ad.late_events, states[i].ad.waste_events);
+  }
+}
+
+void
+print_summary (const struct sim *s, size_t nstreams)
+{
+  /* Every branch a trace can produce (no NBD_CMD_CACHE: no "forced"). */
+  static const enum ra_branch order[] = {
+    RA_A_INITIAL, RA_B_SEQUENTIAL, RA_C_INTERLEAVED, RA_D_OVERSIZE,
+    RA_E_SEQ_MISS, RA_F_CONTEXT, RA_G_RANDOM, RA_OFF, RA_NONE
+  };
+  const struct counters *c = &s->c;
+  uint64_t hits = STAT_GET (&s->st, page_hits);
+  uint64_t misses = STAT_GET (&s->st, page_misses);
+  uint64_t client_bytes = STAT_GET (&s->st, client_bytes);
+  uint64_t ra_unused_end, sync_unused_end, nwin = 0;
+  struct rc_pc_counts pcc;
+  int k;
+
+  rc_pc_counts (s->pc, &pcc);
+  ra_unused_end = pcc.unused_ahead;
+  sync_unused_end = pcc.unused - pcc.unused_ahead;
+  for (k = 0; k < RA_NR_BRANCHES; k++)
+    nwin += STAT_GET (&s->st, windows[k]);
+
+  printf ("# summary\n");
+
+  print_kv ("reads:", STAT_GET (&s->st, client_reads));
+  print_kv ("streams:", nstreams);
+  print_kv ("client bytes:", client_bytes);
+  print_kv_pct ("page hits:", hits, hits + misses, "pages read");
+  print_kv_pct ("page misses:", misses, hits + misses, "pages read");
+  print_kv ("sync triggers:", c->sync_triggers);
+  print_kv ("async triggers:", c->async_triggers);
+  print_kv ("windows:", nwin);
+  for (k = 0; k < (int) (sizeof order / sizeof order[0]); k++) {
+    char key[32];
+
+    snprintf (key, sizeof key, "windows %s:", ra_branch_name (order[k]));
+    print_kv (key, STAT_GET (&s->st, windows[order[k]]));
+  }
+  print_kv ("pages inserted:", STAT_GET (&s->st, sync_pages) + STAT_GET (&s->st, async_pages));
+  print_kv ("sync part pages:", STAT_GET (&s->st, sync_pages));
+  print_kv ("pages read ahead:", STAT_GET (&s->st, async_pages));
+  print_kv_pct ("read ahead never used:",
+                STAT_GET (&s->st, ahead_wasted_pages) + ra_unused_end, STAT_GET (&s->st, async_pages),
+                "read ahead");
+  print_kv ("read ahead evicted unused:", STAT_GET (&s->st, ahead_wasted_pages));
+  print_kv ("read ahead unused at end:", ra_unused_end);
+  print_kv ("sync part unused at end:", sync_unused_end);
+  print_kv ("pages evicted:", STAT_GET (&s->st, evictions));
+  print_kv ("backend requests:", STAT_GET (&s->st, backend_reads));
+  print_kv ("backend bytes:", STAT_GET (&s->st, backend_bytes));
+  if (client_bytes)
+    printf ("%-28s %.3f\n", "amplification:",
+            (double) STAT_GET (&s->st, backend_bytes) / (double) client_bytes);
+  else
+    printf ("%-28s -\n", "amplification:");
+}
+
+void
+sim_free (struct sim *s)
+{
+  rc_pc_free (s->pc);
+  free (s->slot_free);
+  free (s->heap);
+  free (s->batches);
+  free (s->streams);
+}
