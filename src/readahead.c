@@ -56,6 +56,12 @@
  *  G  a random read: read exactly the request, no marker, leave the
  *     stream state alone.
  *
+ * The code is split as the kernel's: the async trigger is async_ra()
+ * (page_cache_async_ra: A, B, C), the sync trigger sync_ra()
+ * (page_cache_sync_ra: A, B, D, E, F, then G); before them, adaptive
+ * mode's prologue decides the cap, and after them the window is pulled
+ * in if needed and emitted.
+ *
  * INITIAL starts a window at index sized by init_size(req), with the
  * pages beyond the request as its async part.  Before submitting, if the
  * window starts at index and is wholly async, the read would hit its own
@@ -497,6 +503,153 @@ ra_ondemand (struct ra_state *ra, const struct ra_params *p,
   ra_ondemand_at (ra, p, cache, opaque, index, marker, req, NULL, w);
 }
 
+/* The parts of ondemand().  Each sets the stream state's window and
+ * returns its branch, or RA_NONE with the state untouched when there is
+ * no window to set (then *w is what to read, if anything).
+ */
+
+/* INITIAL: a window at index sized from req. */
+static enum ra_branch
+initial (struct ra_state *ra, ra_pgoff index, ra_pgoff req, ra_pgoff max,
+         enum ra_branch branch)
+{
+  ra->start = index;
+  ra->size = ra_init_size (req, max);
+  ra->async_size = ra->size > req ? ra->size - req : ra->size;
+  return branch;
+}
+
+/* Is index where the stream state expects the next trigger (branch B)? */
+static bool
+expected (const struct ra_state *ra, ra_pgoff index)
+{
+  return index == ra->start + ra->size - ra->async_size ||
+         index == ra->start + ra->size;
+}
+
+/* B: push the window forward, ramping its size up. */
+static enum ra_branch
+sequential (struct ra_state *ra, ra_pgoff index, bool marker, ra_pgoff req,
+            ra_pgoff max)
+{
+  ra_pgoff old_size = ra->size;
+
+  if (marker) {
+    ra->start += ra->size;
+    ra->size = ra_next_size (old_size, max);
+    ra->async_size = ra->size;
+    /* Correction 1: when the window starts past index (the trigger
+     * was the marker page), requested pages at or past the new start
+     * are still wanted; Linux makes the whole window async.  A marker
+     * at start + size itself moves the start past nothing: the window
+     * stays wholly async and SUBMIT pulls the next one in, as Linux.
+     */
+    if (ra->start > index)
+      set_sync_part (ra, wanted_from (index, req, ra->start));
+    return RA_B_SEQUENTIAL;
+  }
+  /* Correction 3 (Linux 6.11): a sync trigger must read the page it
+   * needs, so its window starts at index.  At index == start + size
+   * this is exactly the kernel's window; when the marker page itself
+   * went missing (evicted or dropped), the kernel would skip past it.
+   */
+  ra->start = index;
+  ra->size = ra_next_size (old_size, max);
+  ra->async_size = ra->size;
+  /* A state emptied by a congestion drop has no size to ramp from:
+   * restart at the initial size (still counted as B).
+   */
+  if (ra->size == 0) {
+    ra->size = ra_init_size (req, max);
+    ra->async_size = ra->size > req ? ra->size - req : ra->size;
+  }
+  return RA_B_SEQUENTIAL;
+}
+
+/* The async trigger of page_cache_async_ra: A, B, or C (a marker the
+ * state does not explain: interleaved streams; the cache tells how far
+ * this stream's previous window reached).
+ */
+static enum ra_branch
+async_ra (struct ra_state *ra, const struct ra_params *p,
+          const struct ra_cache_ops *cache, void *opaque,
+          ra_pgoff index, ra_pgoff req, ra_pgoff max)
+{
+  ra_pgoff s;
+
+  if (index == 0)
+    return initial (ra, index, req, max, RA_A_INITIAL);
+  if (expected (ra, index))
+    return sequential (ra, index, true, req, max);
+  s = next_hole (cache, opaque, index + 1, max);
+  /* Correction 2 (Linux 6.11): no hole within max, no readahead.
+   * Linux 5.18 would read from index + max + 1 on.
+   */
+  if (s >= index + 1 + max)
+    return RA_NONE;
+  ra->start = s;
+  ra->size = ra_next_size ((s - index) + req, max);
+  /* Correction 1: only requested pages past the hole are sync. */
+  set_sync_part (ra, wanted_from (index, req, s));
+  return RA_C_INTERLEAVED;
+}
+
+/* F: context readahead: contiguous cached pages before index that are
+ * more than req are probably an earlier part of this stream.
+ */
+static enum ra_branch
+context (struct ra_state *ra, const struct ra_cache_ops *cache,
+         void *opaque, ra_pgoff index, ra_pgoff req, ra_pgoff max)
+{
+  ra_pgoff h = history (cache, opaque, index, max);
+
+  if (h <= req)
+    return RA_NONE;
+  if (h >= index)               /* reaches back to page 0 */
+    h *= 2;
+  ra->start = index;
+  ra->size = h + req < max ? h + req : max;
+  ra->async_size = 1;
+  return RA_F_CONTEXT;
+}
+
+/* The sync trigger of page_cache_sync_ra: A, B, D, E, F; G otherwise
+ * (RA_NONE).
+ */
+static enum ra_branch
+sync_ra (struct ra_state *ra, const struct ra_params *p,
+         const struct ra_cache_ops *cache, void *opaque,
+         ra_pgoff index, ra_pgoff req, ra_pgoff max)
+{
+  if (index == 0)
+    return initial (ra, index, req, max, RA_A_INITIAL);
+  if (expected (ra, index))
+    return sequential (ra, index, false, req, max);
+  if (req > max)
+    return initial (ra, index, req, max, RA_D_OVERSIZE);
+  /* E: sequential miss: index is prev_pos's page or the one after. */
+  if (ra->prev_valid) {
+    ra_pgoff prev_index = ra->prev_pos >> p->page_shift;
+
+    if (index == prev_index || index == prev_index + 1)
+      return initial (ra, index, req, max, RA_E_SEQ_MISS);
+  }
+  return context (ra, cache, opaque, index, req, max);
+}
+
+/* Adaptive mode's prologue: the consumption rate at a sequential async
+ * trigger, and this stream's cap, which takes the place of ra_max.
+ */
+static ra_pgoff
+adapt_prologue (struct ra_state *ra, const struct ra_params *p,
+                const struct ra_inputs *in, ra_pgoff index, bool marker)
+{
+  if (marker && index == ra->start + ra->size - ra->async_size &&
+      ra->size > 0)
+    adapt_sequential (&ra->ad, in, index);
+  return adapt_cap (&ra->ad, p, in);
+}
+
 void
 ra_ondemand_at (struct ra_state *ra, const struct ra_params *p,
                 const struct ra_cache_ops *cache, void *opaque,
@@ -509,13 +662,8 @@ ra_ondemand_at (struct ra_state *ra, const struct ra_params *p,
 
   if (req == 0)
     req = 1;
-  /* Adaptive mode: this stream's cap takes the place of ra_max. */
-  if (adaptive) {
-    if (marker && index == ra->start + ra->size - ra->async_size &&
-        ra->size > 0)
-      adapt_sequential (&ra->ad, in, index);
-    max = adapt_cap (&ra->ad, p, in);
-  }
+  if (adaptive)
+    max = adapt_prologue (ra, p, in, index, marker);
 
   /* Readahead off: a sync trigger reads exactly the request (the cache
    * still serves hits); there are no markers to trigger on.
@@ -534,116 +682,21 @@ ra_ondemand_at (struct ra_state *ra, const struct ra_params *p,
   if (req > max && p->io_max > max)
     max = req < p->io_max ? req : p->io_max;
 
-  /* A: start of the export. */
-  if (index == 0) {
-    branch = RA_A_INITIAL;
-    goto initial;
-  }
-
-  /* B: the expected trigger: the marker page of the state's window, or
-   * the page just after it.
-   */
-  if (index == ra->start + ra->size - ra->async_size ||
-      index == ra->start + ra->size) {
-    ra_pgoff old_size = ra->size;
-
-    branch = RA_B_SEQUENTIAL;
-    if (marker) {
-      ra->start += ra->size;
-      ra->size = ra_next_size (old_size, max);
-      ra->async_size = ra->size;
-      /* Correction 1: when the window starts past index (the trigger
-       * was the marker page), requested pages at or past the new start
-       * are still wanted; Linux makes the whole window async.  A marker
-       * at start + size itself moves the start past nothing: the window
-       * stays wholly async and SUBMIT pulls the next one in, as Linux.
-       */
-      if (ra->start > index)
-        set_sync_part (ra, wanted_from (index, req, ra->start));
-    }
-    else {
-      /* Correction 3 (Linux 6.11): a sync trigger must read the page
-       * it needs, so its window starts at index.  At index == start +
-       * size this is exactly the kernel's window; when the marker page
-       * itself went missing (evicted or dropped), the kernel would
-       * skip past it.
-       */
-      ra->start = index;
-      ra->size = ra_next_size (old_size, max);
-      ra->async_size = ra->size;
-      /* A state emptied by a congestion drop has no size to ramp
-       * from: restart at the initial size (still counted as B).
-       */
-      if (ra->size == 0) {
-        ra->size = ra_init_size (req, max);
-        ra->async_size = ra->size > req ? ra->size - req : ra->size;
-      }
-    }
-    goto submit;
-  }
-
-  /* C: a marker the state does not explain: interleaved streams.  The
-   * cache tells how far this stream's previous window reached.
-   */
-  if (marker) {
-    ra_pgoff s = next_hole (cache, opaque, index + 1, max);
-
-    /* Correction 2 (Linux 6.11): no hole within max, no readahead.
-     * Linux 5.18 would read from index + max + 1 on.
+  if (marker)
+    branch = async_ra (ra, p, cache, opaque, index, req, max);
+  else
+    branch = sync_ra (ra, p, cache, opaque, index, req, max);
+  if (branch == RA_NONE) {
+    /* No hole after an unexplained marker: nothing to read; else G: a
+     * random read: exactly the request, state untouched.
      */
-    if (s >= index + 1 + max) {
+    if (marker)
       emit_exact (p, RA_NONE, index, 0, w);
-      return;
-    }
-    ra->start = s;
-    ra->size = ra_next_size ((s - index) + req, max);
-    /* Correction 1: only requested pages past the hole are sync. */
-    set_sync_part (ra, wanted_from (index, req, s));
-    branch = RA_C_INTERLEAVED;
-    goto submit;
+    else
+      emit_exact (p, RA_G_RANDOM, index, req, w);
+    return;
   }
 
-  /* D: oversize read. */
-  if (req > max) {
-    branch = RA_D_OVERSIZE;
-    goto initial;
-  }
-
-  /* E: sequential miss: index is prev_pos's page or the one after. */
-  if (ra->prev_valid) {
-    ra_pgoff prev_index = ra->prev_pos >> p->page_shift;
-
-    if (index == prev_index || index == prev_index + 1) {
-      branch = RA_E_SEQ_MISS;
-      goto initial;
-    }
-  }
-
-  /* F: context readahead. */
-  {
-    ra_pgoff h = history (cache, opaque, index, max);
-
-    if (h > req) {
-      if (h >= index)           /* reaches back to page 0 */
-        h *= 2;
-      ra->start = index;
-      ra->size = h + req < max ? h + req : max;
-      ra->async_size = 1;
-      branch = RA_F_CONTEXT;
-      goto submit;
-    }
-  }
-
-  /* G: random read: exactly the request, state untouched. */
-  emit_exact (p, RA_G_RANDOM, index, req, w);
-  return;
-
- initial:
-  ra->start = index;
-  ra->size = ra_init_size (req, max);
-  ra->async_size = ra->size > req ? ra->size - req : ra->size;
-
- submit:
   /* The read would hit this window's own marker at once: pull the next
    * window in now.
    */
