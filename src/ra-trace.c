@@ -480,6 +480,7 @@ struct page {
   bool marker;                  /* carries the marker */
   bool used;                    /* a client read it */
   bool async;                   /* inserted as part of an async part */
+  bool near;                    /* ... of a near window (branch N) */
 };
 
 struct counters {
@@ -521,6 +522,7 @@ struct sim_batch {
 struct stream_info {
   uint64_t wasted;              /* read-ahead pages evicted unused, not yet
                                  * handed to the engine */
+  uint64_t near_hits;           /* near pages used, not yet handed to it */
   ra_pgoff largest_window;
   ra_pgoff largest_cap;
 };
@@ -547,6 +549,7 @@ struct sim {
   struct page *free_pages;
   ra_pgoff pin_lo, pin_hi;      /* pages of the read in progress */
   uint64_t markers;             /* pages carrying the marker */
+  bool near_window;             /* the window being submitted is branch N */
   struct counters c;
   /* Timing (sim_set_timing; the defaults of sim_init are instant). */
   struct timing tm;
@@ -796,6 +799,7 @@ sub_insert (void *opaque, ra_pgoff index, bool marker, bool async)
   pg->marker = marker;
   pg->used = false;
   pg->async = async;
+  pg->near = async && s->near_window;
   pg->owner = s->cur_stream;
   b = bucket_of (s, index);
   pg->hnext = s->buckets[b];
@@ -853,6 +857,8 @@ static void
 use_page (struct sim *s, struct page *pg)
 {
   lru_unlink (pg);
+  if (!pg->used && pg->near && s->streams && pg->owner < s->nstreams)
+    s->streams[pg->owner].near_hits++;
   pg->used = true;
   pg->stamp = ++s->tick;
   lru_push (&s->used, pg);
@@ -1047,10 +1053,12 @@ adaptive_inputs (struct sim *s, struct ra_inputs *in)
   if (!ra_model_estimate (&s->model, &in->lat_ns, &in->page_ns))
     in->lat_ns = -1;
   in->share = ra_fair_share (s->capacity, s->markers);
-  in->wasted = 0;
+  in->wasted = in->near_hits = 0;
   if (s->streams && s->cur_stream < s->nstreams) {
     in->wasted = s->streams[s->cur_stream].wasted;
     s->streams[s->cur_stream].wasted = 0;
+    in->near_hits = s->streams[s->cur_stream].near_hits;
+    s->streams[s->cur_stream].near_hits = 0;
   }
 }
 
@@ -1079,6 +1087,7 @@ trigger (struct sim *s, struct ra_state *ra, ra_pgoff index, bool marker,
   else
     ra_ondemand (ra, &s->p, &cache_ops, s, index, marker, last - index, &w);
   s->nbatches = 0;
+  s->near_window = w.branch == RA_N_NEAR;
   if (w.size > 0)
     ra_submit (&w, s->p.io_max, &submit_ops, s, &res);
   /* The filter's congestion rule (ra-congestion=skip, src/cache.c
@@ -1312,7 +1321,7 @@ print_summary (const struct sim *s, size_t nstreams)
   /* Every branch a trace can produce (no NBD_CMD_CACHE: no "forced"). */
   static const enum ra_branch order[] = {
     RA_A_INITIAL, RA_B_SEQUENTIAL, RA_C_INTERLEAVED, RA_D_OVERSIZE,
-    RA_E_SEQ_MISS, RA_F_CONTEXT, RA_G_RANDOM, RA_OFF, RA_NONE
+    RA_E_SEQ_MISS, RA_F_CONTEXT, RA_G_RANDOM, RA_N_NEAR, RA_OFF, RA_NONE
   };
   const struct counters *c = &s->c;
   uint64_t ra_unused_end = 0, sync_unused_end = 0, nwin = 0;
