@@ -615,15 +615,13 @@ near_ahead (struct ra_near *n, const struct ra_params *p,
   n->streak = near ? n->streak + 1 : 0;
   if (!near)
     n->fails = 0;               /* another region: another chance */
-  if (near) {
-    if (used)                   /* an eighth used: double it, else keep */
-      ahead = 8 * hits >= n->ahead
-        ? max_pg (2 * n->ahead, roundup_pow2 (hits + 2)) : n->ahead;
-    else if (n->ahead > 0 && hits > 0)
-      ahead = n->ahead / 2;     /* little used: halve it */
-    else if (n->streak >= (2u << n->fails))
-      ahead = trial_pages (p, req);     /* a first window: a trial */
-  }
+  else if (used)                /* an eighth used: double it, else keep */
+    ahead = 8 * hits >= n->ahead
+      ? max_pg (2 * n->ahead, roundup_pow2 (hits + 2)) : n->ahead;
+  else if (n->ahead > 0 && hits > 0)
+    ahead = n->ahead / 2;       /* little used: halve it */
+  else if (n->streak >= (2u << n->fails))
+    ahead = trial_pages (p, req);       /* a first window: a trial */
   if (req + ahead > max)
     ahead = max > req ? max - req : 0;
   if (ahead > 0)
