@@ -152,7 +152,15 @@ detach ()
   loop=
   [ -n "$nbddev" ] && nbd-client -d "$nbddev" >/dev/null 2>&1
   nbddev=
-  [ -n "$mnt" ] && mountpoint -q "$mnt" && umount "$mnt"
+  # The loop device lets go of MNT/nbd a moment after losetup -d: until
+  # then MNT is busy.
+  if [ -n "$mnt" ]; then
+    for _ in $(seq 50); do
+      mountpoint -q "$mnt" || break
+      umount "$mnt" 2>/dev/null && break
+      sleep 0.1
+    done
+  fi
   if [ -n "$fuse_pid" ]; then
     kill "$fuse_pid" 2>/dev/null
     wait "$fuse_pid" 2>/dev/null
