@@ -134,6 +134,8 @@ for a in $ATTACH; do
         echo "fs.sh: no /dev/nbd0 (modprobe nbd): the nbd-client rows are skipped" >&2
       elif ! command -v nbd-client >/dev/null 2>&1; then
         echo "fs.sh: nbd-client is not installed: the nbd-client rows are skipped" >&2
+      elif nbd-client -c /dev/nbd0 >/dev/null 2>&1; then
+        echo "fs.sh: /dev/nbd0 is in use: the nbd-client rows are skipped" >&2
       else
         attaches+=" nbd"
       fi ;;
@@ -224,7 +226,7 @@ attach () # attach HOW SOCKET: the block device (stdout) mounted on $fsdir
     dev=$loop
   else
     nbddev=/dev/nbd0
-    nbd-client -unix "$sock" "$nbddev" -readonly >/dev/null || { nbddev=; return 1; }
+    nbd-client -unix "$sock" "$nbddev" -b 4096 -readonly >/dev/null || { nbddev=; return 1; }
     dev=$nbddev
   fi
   mount -t ext4 -o ro,noload "$dev" "$fsdir" || return 1
