@@ -200,6 +200,7 @@ struct batches {
   struct rc_cache *c;
   bool forced;                  /* NBD_CMD_CACHE */
   bool random;                  /* a window of branch G */
+  bool near;                    /* a window of branch N */
   unsigned owner;               /* the stream's, 0 for forced */
   unsigned n, cap;
   bool overflow;                /* could not grow: stop inserting */
@@ -213,6 +214,7 @@ batches_init (struct batches *bs, struct rc_cache *c, bool forced)
   bs->c = c;
   bs->forced = forced;
   bs->random = false;
+  bs->near = false;
   bs->owner = 0;
   bs->n = 0;
   bs->cap = INLINE_BATCHES;
@@ -239,7 +241,7 @@ submit_insert (void *opaque, ra_pgoff index, bool marker, bool async)
     return false;
   return rc_pc_insert (bs->c->pc, index, marker,
                        bs->forced ? RC_INSERT_FORCED
-                       : async ? RC_INSERT_AHEAD
+                       : async ? (bs->near ? RC_INSERT_NEAR : RC_INSERT_AHEAD)
                        : bs->random ? RC_INSERT_RANDOM : RC_INSERT_SYNC,
                        bs->owner);
 }
@@ -295,6 +297,7 @@ submit_window (struct rc_cache *c, struct ra_state *ra,
     return;
   STAT_ADD (&c->stats, windows[w->branch], 1);
   bs->random = w->branch == RA_G_RANDOM;
+  bs->near = w->branch == RA_N_NEAR;
   ra_submit (w, c->params.io_max, &submit_ops, bs, &res);
   if (!ra || res.async_pages == 0)
     return;
@@ -424,6 +427,7 @@ adaptive_inputs (struct rc_cache *c, struct rc_stream *s,
     in->lat_ns = -1;
   in->share = ra_fair_share (rc_pc_capacity (c->pc), markers);
   in->wasted = rc_pc_take_wasted (c->pc, s->owner);
+  in->near_hits = rc_pc_take_near_hits (c->pc, s->owner);
 }
 
 /* A trigger at page index of a read ending at page last (rd, buf: that

@@ -27,6 +27,8 @@ enum page_flags {
   PF_STALE = 4,    /* a write overlapped the read in flight */
   PF_KEEP = 16,    /* active once read: read at random (branch G), or
                     * read again after drop-behind gave it back */
+  PF_NEAR = 32,    /* async part of a near window (branch N): its first
+                    * use is a hit for the owner (rc_pc_take_near_hits) */
 };
 
 /* The list an up to date page is on (in-flight pages are on none). */
@@ -130,6 +132,10 @@ struct rc_pagecache {
    * taken by rc_pc_take_wasted.
    */
   _Atomic uint32_t wasted[RC_PC_OWNERS];
+  /* Per stream (owner): pages of its near windows' async parts that a
+   * client used, not yet taken by rc_pc_take_near_hits.
+   */
+  _Atomic uint32_t near_hits[RC_PC_OWNERS];
 };
 
 static inline struct shard *
@@ -597,7 +603,8 @@ rc_pc_insert (struct rc_pagecache *pc, ra_pgoff index, bool marker,
   p->state = PAGE_INFLIGHT;
   p->flags = (marker ? PF_MARKER : 0)
     | (kind == RC_INSERT_FORCED ? 0 : PF_UNUSED)
-    | (kind == RC_INSERT_AHEAD ? PF_AHEAD : 0)
+    | (kind == RC_INSERT_AHEAD || kind == RC_INSERT_NEAR ? PF_AHEAD : 0)
+    | (kind == RC_INSERT_NEAR ? PF_NEAR : 0)
     | (kind == RC_INSERT_RANDOM ||
        (kind != RC_INSERT_FORCED && refault_test (pc, index)) ? PF_KEEP : 0);
   p->list = L_NONE;
@@ -685,7 +692,7 @@ complete_one (struct rc_pagecache *pc, struct shard *s, ra_pgoff i,
    */
   if (a->used && (p->flags & PF_UNUSED)) {
     list_put (pc, s, p, (p->flags & PF_KEEP) ? L_ACTIVE : L_INACTIVE);
-    p->flags &= ~(PF_UNUSED | PF_AHEAD | PF_KEEP);
+    p->flags &= ~(PF_UNUSED | PF_AHEAD | PF_KEEP | PF_NEAR);
     drop_behind (pc, s);
   }
   else
@@ -860,8 +867,11 @@ read_once (struct rc_pagecache *pc, struct shard *s, struct page *p,
   if (p->flags & PF_UNUSED) {
     if (p->flags & PF_AHEAD)
       STAT_ADD (pc->stats, ahead_used_pages, 1);
+    if ((p->flags & PF_NEAR) && p->owner)
+      atomic_fetch_add_explicit (&pc->near_hits[p->owner], 1,
+                                 memory_order_relaxed);
     to = (p->flags & PF_KEEP) ? L_ACTIVE : L_INACTIVE;
-    p->flags &= ~(PF_UNUSED | PF_AHEAD | PF_KEEP);
+    p->flags &= ~(PF_UNUSED | PF_AHEAD | PF_KEEP | PF_NEAR);
   }
   else if (p->list == L_INACTIVE && !again)
     to = L_ACTIVE;              /* read again: it earns its place */
@@ -1055,5 +1065,12 @@ uint32_t
 rc_pc_take_wasted (struct rc_pagecache *pc, unsigned owner)
 {
   return atomic_exchange_explicit (&pc->wasted[owner % RC_PC_OWNERS], 0,
+                                   memory_order_relaxed);
+}
+
+uint32_t
+rc_pc_take_near_hits (struct rc_pagecache *pc, unsigned owner)
+{
+  return atomic_exchange_explicit (&pc->near_hits[owner % RC_PC_OWNERS], 0,
                                    memory_order_relaxed);
 }

@@ -54,7 +54,14 @@
  *     this stream: size the window from them (doubled when they reach
  *     back to page 0), with a one page async part.
  *  G  a random read: read exactly the request, no marker, leave the
- *     stream state alone.
+ *     stream state alone.  In adaptive mode the near rule (below) is
+ *     asked first, and may make it an N window instead.
+ *
+ * The code is split as the kernel's: the async trigger is async_ra()
+ * (page_cache_async_ra: A, B, C), the sync trigger sync_ra()
+ * (page_cache_sync_ra: A, B, D, E, F, then N or G); before them, adaptive
+ * mode's prologue decides the cap, and after them the window is pulled
+ * in if needed and emitted.
  *
  * INITIAL starts a window at index sized by init_size(req), with the
  * pages beyond the request as its async part.  Before submitting, if the
@@ -110,7 +117,55 @@
  *    adapt_min (unless ra_max is).
  *
  * All of it is deterministic given struct ra_inputs (clock, backend
- * model estimate, share, waste), which the caller measures.
+ * model estimate, share, waste, near hits), which the caller measures.
+ *
+ * The near rule (branch N, adaptive mode only)
+ * ============================================
+ *
+ * A file system read through the kernel (tar, a build, a boot) reads
+ * many small files and their metadata: reads in roughly increasing
+ * order with small gaps, often spread by the client over several
+ * connections.  A to F see no stream in that, and G read exactly what
+ * was asked, one backend round trip per read.  Linux swap readahead
+ * (mm/swap_state.c, __swapin_nr_pages) meets the same kind of access
+ * and sizes the window around each fault from how many of the pages it
+ * read ahead before were hit since; the near rule does the same for a
+ * miss that A-F do not explain, per stream:
+ *
+ *  - near: the miss starts within 1 MiB of the stream's last such miss
+ *    (of its first page, or of the end of what was read for it), and
+ *    within a 256th of the export (on a small export 1 MiB is much of
+ *    it: a random reader's miss is near the one before with a chance of
+ *    1 in 128 at most, on any export);
+ *  - near hits (struct ra_inputs near_hits, from the page cache): pages
+ *    of the stream's N windows' async parts that a client read for the
+ *    first time, whichever connection read them;
+ *  - the last N window was used when at least two of its pages were
+ *    hit and a sixteenth of it.  Then the next near miss gets a window
+ *    of the same async size, or twice it (and at least the hits + 2
+ *    rounded up to a power of two, as swap) when an eighth was hit:
+ *    its reads lie further apart than it reaches, and a window is
+ *    worth a backend round trip per hit read;
+ *  - hit, but less: half of it (swap's "don't shrink too fast");
+ *  - not hit at all, or no N window yet: exact (G), unless this is the
+ *    2^(fails+1)-th near miss in a row since the last window: then a
+ *    trial window of 256 KiB beyond the request (at least the request's
+ *    size, rounded up to a power of two).  fails counts the N windows
+ *    in a row not used (at most 10): a stream whose trials are not hit
+ *    tries ever more rarely, one in 2048 near misses at most, until
+ *    a miss that is not near (another region) resets fails;
+ *  - a miss that is not near is exact (G), and so is a miss inside the
+ *    last one's request (a read retried after an error), which changes
+ *    nothing;
+ *  - the window is [index, index + req + async) within the stream's
+ *    cap, its sync part the request, the marker on its first async page
+ *    like any window: B or C go on from it if the reader reaches it.
+ *
+ * A random reader therefore reads exactly its requests unless two of
+ * its misses in a row are each near the one before (a chance of 1 in
+ * 16384 a miss at most, about 4 in a million for 4K reads over 1 GiB),
+ * and then one trial window, never grown as it is not hit.  Kernel mode never
+ * takes N: its branches are those of doc/readahead-rules.md.
  */
 
 #include <config.h>
@@ -132,6 +187,7 @@ ra_branch_name (enum ra_branch b)
   case RA_E_SEQ_MISS: return "E";
   case RA_F_CONTEXT: return "F";
   case RA_G_RANDOM: return "G";
+  case RA_N_NEAR: return "N";
   case RA_FORCED: return "forced";
   case RA_OFF: return "off";
   case RA_NR_BRANCHES: break;
@@ -146,6 +202,7 @@ ra_state_init (struct ra_state *ra)
   ra->prev_pos = 0;
   ra->prev_valid = false;
   ra->ad = (struct ra_adapt) { 0 };
+  ra->near = (struct ra_near) { 0 };
 }
 
 ra_pgoff
@@ -490,6 +547,95 @@ ra_late (struct ra_state *ra, const struct ra_params *p, ra_pgoff index)
   return m;
 }
 
+/* The near rule (branch N, adaptive mode). */
+
+#define NEAR_REACH_BYTES (UINT64_C (1) << 20) /* "near": within 1 MiB */
+#define NEAR_EXPORT_FRACTION 256        /* ... and a 256th of the export */
+#define NEAR_TRIAL_BYTES (UINT64_C (256) << 10) /* a first window: 256K */
+#define NEAR_MAX_FAILS 10       /* a trial at most every 2^11 misses */
+
+static ra_pgoff
+max_pg (ra_pgoff a, ra_pgoff b)
+{
+  return a > b ? a : b;
+}
+
+/* The async part of a first near window. */
+static ra_pgoff
+trial_pages (const struct ra_params *p, ra_pgoff req)
+{
+  ra_pgoff t = NEAR_TRIAL_BYTES >> p->page_shift;
+
+  return roundup_pow2 (req > t ? req : t ? t : 1);
+}
+
+/* Is a miss at [index, index + req) near the last one the rule saw?
+ * Near is within 1 MiB, and within a 256th of the export: so that on
+ * any export a random reader's miss is near the one before with a
+ * chance of 1 in 128 at most.
+ */
+static bool
+near_last (const struct ra_near *n, const struct ra_params *p,
+           ra_pgoff index, ra_pgoff req)
+{
+  uint64_t bytes = p->export_size / NEAR_EXPORT_FRACTION;
+  ra_pgoff reach = (bytes < NEAR_REACH_BYTES ? bytes : NEAR_REACH_BYTES)
+    >> p->page_shift;
+
+  if (reach == 0)
+    reach = 1;
+  return n->valid && index + req + reach > n->lo && index < n->hi + reach;
+}
+
+/* Decide the async part for a miss at [index, index + req) that
+ * branches A-F do not explain, within a window of at most max pages,
+ * and record the miss (see "The near rule" in the big picture).
+ */
+static ra_pgoff
+near_ahead (struct ra_near *n, const struct ra_params *p,
+            ra_pgoff index, ra_pgoff req, ra_pgoff max)
+{
+  ra_pgoff hits = n->hits, ahead = 0;
+  bool near, used;
+
+  /* The last miss's own pages again (a read retried after an error, or
+   * pages evicted at once): not a new read, and nothing to learn.
+   */
+  if (n->valid && index < n->req_end && index + req > n->lo)
+    return 0;
+  near = near_last (n, p, index, req);
+  /* The last window was used: two of its pages at least, and a
+   * sixteenth of it.
+   */
+  used = n->ahead > 0 && hits >= 2 && 16 * hits >= n->ahead;
+
+  n->hits = 0;
+  if (used)
+    n->fails = 0;
+  else if (n->ahead > 0 && n->fails < NEAR_MAX_FAILS)
+    n->fails++;
+  n->streak = near ? n->streak + 1 : 0;
+  if (!near)
+    n->fails = 0;               /* another region: another chance */
+  else if (used)                /* an eighth used: double it, else keep */
+    ahead = 8 * hits >= n->ahead
+      ? max_pg (2 * n->ahead, roundup_pow2 (hits + 2)) : n->ahead;
+  else if (n->ahead > 0 && hits > 0)
+    ahead = n->ahead / 2;       /* little used: halve it */
+  else if (n->streak >= (2u << n->fails))
+    ahead = trial_pages (p, req);       /* a first window: a trial */
+  if (req + ahead > max)
+    ahead = max > req ? max - req : 0;
+  if (ahead > 0)
+    n->streak = 0;              /* counts the misses since a window */
+  n->lo = index;
+  n->req_end = index + req;
+  n->hi = index + req + ahead;
+  n->ahead = ahead;
+  n->valid = true;
+  return ahead;
+}
+
 void
 ra_ondemand (struct ra_state *ra, const struct ra_params *p,
              const struct ra_cache_ops *cache, void *opaque,
@@ -497,6 +643,172 @@ ra_ondemand (struct ra_state *ra, const struct ra_params *p,
              struct ra_window *w)
 {
   ra_ondemand_at (ra, p, cache, opaque, index, marker, req, NULL, w);
+}
+
+/* The parts of ondemand().  Each sets the stream state's window and
+ * returns its branch, or RA_NONE with the state untouched when there is
+ * no window to set (then *w is what to read, if anything).
+ */
+
+/* INITIAL: a window at index sized from req. */
+static enum ra_branch
+initial (struct ra_state *ra, ra_pgoff index, ra_pgoff req, ra_pgoff max,
+         enum ra_branch branch)
+{
+  ra->start = index;
+  ra->size = ra_init_size (req, max);
+  ra->async_size = ra->size > req ? ra->size - req : ra->size;
+  return branch;
+}
+
+/* Is index where the stream state expects the next trigger (branch B)? */
+static bool
+expected (const struct ra_state *ra, ra_pgoff index)
+{
+  return index == ra->start + ra->size - ra->async_size ||
+         index == ra->start + ra->size;
+}
+
+/* B: push the window forward, ramping its size up. */
+static enum ra_branch
+sequential (struct ra_state *ra, ra_pgoff index, bool marker, ra_pgoff req,
+            ra_pgoff max)
+{
+  ra_pgoff old_size = ra->size;
+
+  if (marker) {
+    ra->start += ra->size;
+    ra->size = ra_next_size (old_size, max);
+    ra->async_size = ra->size;
+    /* Correction 1: when the window starts past index (the trigger
+     * was the marker page), requested pages at or past the new start
+     * are still wanted; Linux makes the whole window async.  A marker
+     * at start + size itself moves the start past nothing: the window
+     * stays wholly async and SUBMIT pulls the next one in, as Linux.
+     */
+    if (ra->start > index)
+      set_sync_part (ra, wanted_from (index, req, ra->start));
+    return RA_B_SEQUENTIAL;
+  }
+  /* Correction 3 (Linux 6.11): a sync trigger must read the page it
+   * needs, so its window starts at index.  At index == start + size
+   * this is exactly the kernel's window; when the marker page itself
+   * went missing (evicted or dropped), the kernel would skip past it.
+   */
+  ra->start = index;
+  ra->size = ra_next_size (old_size, max);
+  ra->async_size = ra->size;
+  /* A state emptied by a congestion drop has no size to ramp from:
+   * restart at the initial size (still counted as B).
+   */
+  if (ra->size == 0) {
+    ra->size = ra_init_size (req, max);
+    ra->async_size = ra->size > req ? ra->size - req : ra->size;
+  }
+  return RA_B_SEQUENTIAL;
+}
+
+/* The async trigger of page_cache_async_ra: A, B, or C (a marker the
+ * state does not explain: interleaved streams; the cache tells how far
+ * this stream's previous window reached).
+ */
+static enum ra_branch
+async_ra (struct ra_state *ra, const struct ra_params *p,
+          const struct ra_cache_ops *cache, void *opaque,
+          ra_pgoff index, ra_pgoff req, ra_pgoff max)
+{
+  ra_pgoff s;
+
+  if (index == 0)
+    return initial (ra, index, req, max, RA_A_INITIAL);
+  if (expected (ra, index))
+    return sequential (ra, index, true, req, max);
+  s = next_hole (cache, opaque, index + 1, max);
+  /* Correction 2 (Linux 6.11): no hole within max, no readahead.
+   * Linux 5.18 would read from index + max + 1 on.
+   */
+  if (s >= index + 1 + max)
+    return RA_NONE;
+  ra->start = s;
+  ra->size = ra_next_size ((s - index) + req, max);
+  /* Correction 1: only requested pages past the hole are sync. */
+  set_sync_part (ra, wanted_from (index, req, s));
+  return RA_C_INTERLEAVED;
+}
+
+/* F: context readahead: contiguous cached pages before index that are
+ * more than req are probably an earlier part of this stream.
+ */
+static enum ra_branch
+context (struct ra_state *ra, const struct ra_cache_ops *cache,
+         void *opaque, ra_pgoff index, ra_pgoff req, ra_pgoff max)
+{
+  /* At most max - 1 pages are counted, as Linux 5.18 counts them
+   * (count_history_pages: page_cache_prev_miss from index - 1 scans max
+   * entries, the first of them index - 1 itself).
+   */
+  ra_pgoff h = history (cache, opaque, index, max - 1);
+
+  if (h <= req)
+    return RA_NONE;
+  if (h >= index)               /* reaches back to page 0 */
+    h *= 2;
+  ra->start = index;
+  ra->size = h + req < max ? h + req : max;
+  ra->async_size = 1;
+  return RA_F_CONTEXT;
+}
+
+/* The sync trigger of page_cache_sync_ra: A, B, D, E, F; then in
+ * adaptive mode N; G otherwise (RA_NONE).
+ */
+static enum ra_branch
+sync_ra (struct ra_state *ra, const struct ra_params *p,
+         const struct ra_cache_ops *cache, void *opaque,
+         ra_pgoff index, ra_pgoff req, ra_pgoff max, bool adaptive)
+{
+  enum ra_branch b;
+  ra_pgoff ahead;
+
+  if (index == 0)
+    return initial (ra, index, req, max, RA_A_INITIAL);
+  if (expected (ra, index))
+    return sequential (ra, index, false, req, max);
+  if (req > max)
+    return initial (ra, index, req, max, RA_D_OVERSIZE);
+  /* E: sequential miss: index is prev_pos's page or the one after. */
+  if (ra->prev_valid) {
+    ra_pgoff prev_index = ra->prev_pos >> p->page_shift;
+
+    if (index == prev_index || index == prev_index + 1)
+      return initial (ra, index, req, max, RA_E_SEQ_MISS);
+  }
+  b = context (ra, cache, opaque, index, req, max);
+  if (b != RA_NONE || !adaptive)
+    return b;
+  ahead = near_ahead (&ra->near, p, index, req, max);
+  if (ahead == 0)
+    return RA_NONE;
+  ra->start = index;
+  ra->size = req + ahead;
+  ra->async_size = ahead;
+  return RA_N_NEAR;
+}
+
+/* Adaptive mode's prologue: the near hits, the consumption rate at a
+ * sequential async trigger, and this stream's cap, which takes the
+ * place of ra_max.
+ */
+static ra_pgoff
+adapt_prologue (struct ra_state *ra, const struct ra_params *p,
+                const struct ra_inputs *in, ra_pgoff index, bool marker)
+{
+  if (in)
+    ra->near.hits += in->near_hits;
+  if (marker && index == ra->start + ra->size - ra->async_size &&
+      ra->size > 0)
+    adapt_sequential (&ra->ad, in, index);
+  return adapt_cap (&ra->ad, p, in);
 }
 
 void
@@ -511,13 +823,8 @@ ra_ondemand_at (struct ra_state *ra, const struct ra_params *p,
 
   if (req == 0)
     req = 1;
-  /* Adaptive mode: this stream's cap takes the place of ra_max. */
-  if (adaptive) {
-    if (marker && index == ra->start + ra->size - ra->async_size &&
-        ra->size > 0)
-      adapt_sequential (&ra->ad, in, index);
-    max = adapt_cap (&ra->ad, p, in);
-  }
+  if (adaptive)
+    max = adapt_prologue (ra, p, in, index, marker);
 
   /* Readahead off: a sync trigger reads exactly the request (the cache
    * still serves hits); there are no markers to trigger on.
@@ -536,119 +843,21 @@ ra_ondemand_at (struct ra_state *ra, const struct ra_params *p,
   if (req > max && p->io_max > max)
     max = req < p->io_max ? req : p->io_max;
 
-  /* A: start of the export. */
-  if (index == 0) {
-    branch = RA_A_INITIAL;
-    goto initial;
-  }
-
-  /* B: the expected trigger: the marker page of the state's window, or
-   * the page just after it.
-   */
-  if (index == ra->start + ra->size - ra->async_size ||
-      index == ra->start + ra->size) {
-    ra_pgoff old_size = ra->size;
-
-    branch = RA_B_SEQUENTIAL;
-    if (marker) {
-      ra->start += ra->size;
-      ra->size = ra_next_size (old_size, max);
-      ra->async_size = ra->size;
-      /* Correction 1: when the window starts past index (the trigger
-       * was the marker page), requested pages at or past the new start
-       * are still wanted; Linux makes the whole window async.  A marker
-       * at start + size itself moves the start past nothing: the window
-       * stays wholly async and SUBMIT pulls the next one in, as Linux.
-       */
-      if (ra->start > index)
-        set_sync_part (ra, wanted_from (index, req, ra->start));
-    }
-    else {
-      /* Correction 3 (Linux 6.11): a sync trigger must read the page
-       * it needs, so its window starts at index.  At index == start +
-       * size this is exactly the kernel's window; when the marker page
-       * itself went missing (evicted or dropped), the kernel would
-       * skip past it.
-       */
-      ra->start = index;
-      ra->size = ra_next_size (old_size, max);
-      ra->async_size = ra->size;
-      /* A state emptied by a congestion drop has no size to ramp
-       * from: restart at the initial size (still counted as B).
-       */
-      if (ra->size == 0) {
-        ra->size = ra_init_size (req, max);
-        ra->async_size = ra->size > req ? ra->size - req : ra->size;
-      }
-    }
-    goto submit;
-  }
-
-  /* C: a marker the state does not explain: interleaved streams.  The
-   * cache tells how far this stream's previous window reached.
-   */
-  if (marker) {
-    ra_pgoff s = next_hole (cache, opaque, index + 1, max);
-
-    /* Correction 2 (Linux 6.11): no hole within max, no readahead.
-     * Linux 5.18 would read from index + max + 1 on.
+  if (marker)
+    branch = async_ra (ra, p, cache, opaque, index, req, max);
+  else
+    branch = sync_ra (ra, p, cache, opaque, index, req, max, adaptive);
+  if (branch == RA_NONE) {
+    /* No hole after an unexplained marker: nothing to read; else G: a
+     * random read: exactly the request, state untouched.
      */
-    if (s >= index + 1 + max) {
+    if (marker)
       emit_exact (p, RA_NONE, index, 0, w);
-      return;
-    }
-    ra->start = s;
-    ra->size = ra_next_size ((s - index) + req, max);
-    /* Correction 1: only requested pages past the hole are sync. */
-    set_sync_part (ra, wanted_from (index, req, s));
-    branch = RA_C_INTERLEAVED;
-    goto submit;
+    else
+      emit_exact (p, RA_G_RANDOM, index, req, w);
+    return;
   }
 
-  /* D: oversize read. */
-  if (req > max) {
-    branch = RA_D_OVERSIZE;
-    goto initial;
-  }
-
-  /* E: sequential miss: index is prev_pos's page or the one after. */
-  if (ra->prev_valid) {
-    ra_pgoff prev_index = ra->prev_pos >> p->page_shift;
-
-    if (index == prev_index || index == prev_index + 1) {
-      branch = RA_E_SEQ_MISS;
-      goto initial;
-    }
-  }
-
-  /* F: context readahead.  At most max - 1 pages are counted, as Linux
-   * 5.18 counts them (count_history_pages: page_cache_prev_miss from
-   * index - 1 scans max entries, the first of them index - 1 itself).
-   */
-  {
-    ra_pgoff h = history (cache, opaque, index, max - 1);
-
-    if (h > req) {
-      if (h >= index)           /* reaches back to page 0 */
-        h *= 2;
-      ra->start = index;
-      ra->size = h + req < max ? h + req : max;
-      ra->async_size = 1;
-      branch = RA_F_CONTEXT;
-      goto submit;
-    }
-  }
-
-  /* G: random read: exactly the request, state untouched. */
-  emit_exact (p, RA_G_RANDOM, index, req, w);
-  return;
-
- initial:
-  ra->start = index;
-  ra->size = ra_init_size (req, max);
-  ra->async_size = ra->size > req ? ra->size - req : ra->size;
-
- submit:
   /* The read would hit this window's own marker at once: pull the next
    * window in now.
    */
@@ -745,6 +954,7 @@ ra_drop_async (struct ra_state *ra, const struct ra_window *w,
   switch (w->branch) {
   case RA_A_INITIAL: case RA_B_SEQUENTIAL: case RA_C_INTERLEAVED:
   case RA_D_OVERSIZE: case RA_E_SEQ_MISS: case RA_F_CONTEXT:
+  case RA_N_NEAR:
     break;
   default:
     return;                     /* the state does not describe it */

@@ -135,7 +135,7 @@ sub_insert (void *opaque, ra_pgoff index, bool marker, bool async)
   struct sim *s = opaque;
 
   if (!rc_pc_insert (s->pc, index, marker,
-                     async ? RC_INSERT_AHEAD
+                     async ? (s->cur_near ? RC_INSERT_NEAR : RC_INSERT_AHEAD)
                      : s->cur_random ? RC_INSERT_RANDOM : RC_INSERT_SYNC,
                      cur_owner (s)))
     return false;
@@ -354,6 +354,7 @@ adaptive_inputs (struct sim *s, struct ra_inputs *in)
     in->lat_ns = -1;
   in->share = ra_fair_share (s->capacity, rc_pc_markers (s->pc));
   in->wasted = rc_pc_take_wasted (s->pc, cur_owner (s));
+  in->near_hits = rc_pc_take_near_hits (s->pc, cur_owner (s));
 }
 
 /* A trigger at page index of a read ending at page last (req = last -
@@ -381,6 +382,7 @@ trigger (struct sim *s, struct ra_state *ra, ra_pgoff index, bool marker,
   s->nbatches = 0;
   s->window_marker = RA_NO_MARKER;
   s->cur_random = w.branch == RA_G_RANDOM;
+  s->cur_near = w.branch == RA_N_NEAR;
   if (w.size > 0)
     ra_submit (&w, s->p.io_max, &submit_ops, s, &res);
   /* The filter's congestion rule (src/readpath.c): only speculation
@@ -659,7 +661,7 @@ print_summary (const struct sim *s, size_t nstreams)
   /* Every branch a trace can produce (no NBD_CMD_CACHE: no "forced"). */
   static const enum ra_branch order[] = {
     RA_A_INITIAL, RA_B_SEQUENTIAL, RA_C_INTERLEAVED, RA_D_OVERSIZE,
-    RA_E_SEQ_MISS, RA_F_CONTEXT, RA_G_RANDOM, RA_OFF, RA_NONE
+    RA_E_SEQ_MISS, RA_F_CONTEXT, RA_G_RANDOM, RA_N_NEAR, RA_OFF, RA_NONE
   };
   const struct counters *c = &s->c;
   uint64_t hits = STAT_GET (&s->st, page_hits);

@@ -72,6 +72,7 @@ struct sim {
   struct rc_pagecache *pc;
   ra_pgoff again_page;          /* see rc_pc_access's again */
   bool cur_random;              /* the window being submitted is G's */
+  bool cur_near;                /* ... is N's (a near window) */
   ra_pgoff window_marker;       /* the page the window being submitted
                                  * set the marker on, or RA_NO_MARKER */
   struct counters c;

@@ -67,6 +67,9 @@ enum rc_insert_kind {
   RC_INSERT_AHEAD,   /* async part: read ahead; counted used or wasted */
   RC_INSERT_FORCED,  /* NBD_CMD_CACHE: the client said it will need it */
   RC_INSERT_RANDOM,  /* a random read (branch G): kept as active once read */
+  RC_INSERT_NEAR,    /* async part of a near window (branch N): as
+                      * RC_INSERT_AHEAD, and its first use counts as a
+                      * near hit for its owner (rc_pc_take_near_hits) */
   /* (Any page but a forced one is kept so, too, if drop-behind gave its
    * group back lately: it is being read again.) */
 };
@@ -87,6 +90,12 @@ bool rc_pc_insert (struct rc_pagecache *pc, ra_pgoff index, bool marker,
 
 /* Read-ahead pages of owner evicted unused since the last call. */
 uint32_t rc_pc_take_wasted (struct rc_pagecache *pc, unsigned owner);
+
+/* Pages of owner's near windows' async parts (RC_INSERT_NEAR) that a
+ * client read for the first time since the last call: the hits that
+ * size its next near window (branch N, adaptive mode).
+ */
+uint32_t rc_pc_take_near_hits (struct rc_pagecache *pc, unsigned owner);
 
 /* Clear the marker of page index if it carries one; true if it did. */
 bool rc_pc_take_marker (struct rc_pagecache *pc, ra_pgoff index);

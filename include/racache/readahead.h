@@ -31,12 +31,14 @@ enum ra_branch {
   RA_E_SEQ_MISS,    /* E: sequential miss next to prev_pos */
   RA_F_CONTEXT,     /* F: context readahead from cached history */
   RA_G_RANDOM,      /* G: random read: exactly the request, no marker */
+  RA_N_NEAR,        /* N: adaptive mode only: a miss near the stream's
+                     * recent misses, window sized by its near hits */
   RA_FORCED,        /* forced readahead (NBD_CMD_CACHE), no marker */
   RA_OFF,           /* ra_max == 0: exactly the request, no marker */
   RA_NR_BRANCHES
 };
 
-/* Short name of a branch ("A" .. "G", "forced", "off", "none"). */
+/* Short name of a branch ("A" .. "G", "N", "forced", "off", "none"). */
 const char *ra_branch_name (enum ra_branch b);
 
 /* How windows are sized (ra-mode). */
@@ -68,6 +70,25 @@ struct ra_adapt {
   uint64_t waste_events;/* calls that reported pages evicted unused */
 };
 
+/* Adaptive mode's near rule (branch N), per stream: a sync miss that
+ * branches A-F do not explain, near the stream's previous such miss, in
+ * the spirit of Linux swap readahead (mm/swap_state.c,
+ * __swapin_nr_pages): the window beyond the request grows while the
+ * pages the previous near windows read ahead are used (near hits), and
+ * shrinks, no faster than by half a miss, to nothing when they are not.
+ * See "The near rule" in src/readahead.c.  All zero in kernel mode.
+ */
+struct ra_near {
+  ra_pgoff lo, hi;      /* the last such miss: its first page, and the
+                         * end of what was read for it */
+  ra_pgoff req_end;     /* the end of its request */
+  ra_pgoff ahead;       /* the async part read for it (0: exact read) */
+  ra_pgoff hits;        /* near hits (struct ra_inputs) since then */
+  unsigned streak;      /* misses in a row each near the one before */
+  unsigned fails;       /* near windows in a row that got no hit */
+  bool valid;           /* lo and hi describe a miss */
+};
+
 /* Stream state: one per NBD connection (the kernel keeps one per open
  * file).  start/size/async_size describe the most recent window as the
  * kernel records it (not clamped to the end of the export).
@@ -79,6 +100,7 @@ struct ra_state {
   uint64_t prev_pos;    /* byte after the end of the last read */
   bool prev_valid;      /* false until the first read completes */
   struct ra_adapt ad;   /* adaptive mode only */
+  struct ra_near near;  /* adaptive mode only */
 };
 
 /* Engine parameters.  Sizes in pages except where said. */
@@ -107,6 +129,9 @@ struct ra_inputs {
   ra_pgoff share;       /* fair share of the cache per stream; 0 = no bound */
   ra_pgoff wasted;      /* this stream's read-ahead pages evicted unused
                          * since its last decision */
+  ra_pgoff near_hits;   /* pages of this stream's near windows' async
+                         * parts (branch N) that a client read for the
+                         * first time since its last decision */
 };
 
 /* Adaptive mode's self_max (struct ra_params) for a congestion threshold

@@ -1,0 +1,385 @@
+#!/usr/bin/env bash
+# bench/fs.sh: a file system read through the kernel, ext4 over nbdfuse
+# and a loop device (and over nbd-client where /dev/nbd0 exists), with
+# ra-cache side by side with no filter and nbdkit's readahead+cache.
+#
+#   bench/fs.sh               # after ./run.sh demo or ./run.sh check built build/
+#
+# The image: ext4, made once with mkfs.ext4 -d from a copy of SOURCES
+# (files on this machine: /usr/share/man, the python3 library and
+# /usr/share/doc by default: here 233 MiB in 29,000 files, a 438 MiB image)
+# and kept in IMAGE_DIR, so that
+# later runs reuse it.  For every run (one workload, one configuration),
+# fresh servers on Unix sockets in a private temporary directory:
+#
+#   backend:  nbdkit -r --filter=stats --filter=delay file IMAGE rdelay=RDELAY
+#   front:    nbdkit [FILTERS] nbd socket=backend.sock
+#
+# then the front is attached read-only and mounted read-only:
+#
+#   nbdfuse: nbdfuse -r MNT --unix front.sock; losetup -r -f MNT/nbd;
+#            mount -o ro,noload LOOP FS
+#   nbd:     nbd-client -unix front.sock /dev/nbd0 -readonly;
+#            mount -o ro,noload /dev/nbd0 FS    (only where /dev/nbd0 exists)
+#
+# the page cache is dropped (sync; echo 3 > /proc/sys/vm/drop_caches)
+# and the workload timed (wall clock):
+#
+#   tar     cd FS && tar cf - . | wc -c
+#   small   cd FS && find SMALL_DIR -type f -size -SMALL_MAX -print0 |
+#             xargs -0 cat | wc -c       (many small files, in the
+#             order the directories list them: near each other on disk,
+#             not in sequence)
+#
+# Configurations (rows):
+#
+#   plain            rdelay=RDELAY, front without a filter
+#   readahead+cache  front with --filter=readahead --filter=cache
+#   ra-cache         front with --filter=FILTER, defaults (plus RA_CACHE_ARGS)
+#   ra-cache-base    (only if named in CONFIGS) the same with BASE_FILTER,
+#                    another build of the filter (main's, say), to compare
+#                    a change with it in one run
+#   ceiling          rdelay=0, front without a filter: the no-latency limit
+#
+# Figures, of the median run by seconds: seconds, speed-up against plain
+# (plain seconds / seconds), MiB the backend served (its stats filter),
+# and for ra-cache its own stats (ra-cache-stats): windows per branch
+# (A..G, and N for branch N, near) and amplification (backend bytes /
+# client bytes).
+#
+# Environment (defaults in brackets):
+#   RDELAY [1ms]          backend read delay (not for "ceiling", which is 0)
+#   FILTER [build/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so]
+#   RA_CACHE_ARGS []      extra ra-cache parameters (both ra-cache rows)
+#   BASE_FILTER []        the filter of the ra-cache-base row
+#   CONFIGS ["plain readahead+cache ra-cache ceiling"]
+#   WORKLOADS ["tar small"]
+#   ATTACH ["nbdfuse nbd"] how to attach (nbd is skipped without /dev/nbd0)
+#   REPEAT [1]            runs per cell, alternating between configurations
+#   SOURCES ["/usr/share/man /usr/lib/python3* /usr/share/doc"]  what the image holds
+#   SMALL_DIR [the first of SOURCES, as it lies in the image]
+#   SMALL_MAX [16k]       largest file the small workload reads
+#   IMAGE_DIR [${XDG_CACHE_HOME:-~/.cache}/ra-cache-bench]
+#   TRACE [none]          record the ra-cache front's requests with
+#                         nbdkit's log filter into TRACE.WORKLOAD.log
+#                         (for ra-trace: src/ra-trace.pod)
+#   RESULTS [none]        also write every run's raw figures as TSV
+#   CLIENT_TIMEOUT [300]  seconds before a workload counts as hung
+#   BENCH_KEEP_TMP        set to keep the temporary directory (logs, stats)
+#
+# Needs root (losetup, mount, drop_caches), /dev/fuse and nbdfuse.
+# About 1.5 minutes with the defaults on 2 cores (8 runs, nbdfuse only;
+# making the image once: about 1 more minute).
+# Exit status: 0, 77 if it cannot run here (says why), 1 if a run failed.
+
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+top=$(dirname "$here")
+# shellcheck source=bench/lib.sh
+. "$here/lib.sh"
+export PATH=$PATH:/usr/sbin:/sbin
+
+: "${RDELAY:=1ms}"
+: "${FILTER:=$top/build/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so}"
+: "${RA_CACHE_ARGS:=}"
+: "${BASE_FILTER:=}"
+: "${CONFIGS:=plain readahead+cache ra-cache ceiling}"
+: "${WORKLOADS:=tar small}"
+: "${ATTACH:=nbdfuse nbd}"
+: "${REPEAT:=1}"
+: "${SOURCES:=$(echo /usr/share/man /usr/lib/python3.[0-9]* /usr/share/doc)}"
+: "${SMALL_MAX:=16k}"
+: "${IMAGE_DIR:=${XDG_CACHE_HOME:-$HOME/.cache}/ra-cache-bench}"
+: "${TRACE:=}"
+: "${RESULTS:=}"
+: "${PYTHON:=/usr/bin/python3}"
+
+case "${1:-}" in
+  -h|--help) sed -n '2,/^$/s/^# \{0,1\}//p' "$0"; exit 0 ;;
+  "") ;;
+  *) bench_die "no arguments expected (configure with environment variables: $0 --help)" ;;
+esac
+
+skip () { echo "fs.sh: SKIP: $*" >&2; exit 77; }
+[[ "$REPEAT" =~ ^[1-9][0-9]*$ ]] || bench_die "REPEAT must be a positive integer"
+read -r -a ra_cache_args <<<"$RA_CACHE_ARGS"
+[ "$(id -u)" -eq 0 ] || skip "needs root (losetup, mount, drop_caches)"
+for c in "$NBDKIT" nbdfuse losetup mount umount mkfs.ext4 tar timeout awk "$PYTHON"; do
+  command -v "$c" >/dev/null 2>&1 || skip "$c is not installed"
+done
+[ -c /dev/fuse ] || skip "no /dev/fuse"
+[ -w /proc/sys/vm/drop_caches ] || skip "cannot drop the page cache here"
+for f in stats delay readahead cache log; do
+  "$NBDKIT" --filter="$f" null --dump-plugin >/dev/null 2>&1 ||
+    bench_die "nbdkit cannot load its $f filter"
+done
+have_filter=yes
+[ -f "$FILTER" ] || { have_filter=no; echo "fs.sh: $FILTER is not built: the ra-cache rows will say n/a" >&2; }
+for c in $CONFIGS; do
+  case "$c" in plain|readahead+cache|ra-cache|ceiling) ;;
+    ra-cache-base) [ -f "$BASE_FILTER" ] || bench_die "ra-cache-base needs BASE_FILTER (a built filter)" ;;
+    *) bench_die "unknown configuration $c" ;;
+  esac
+done
+for w in $WORKLOADS; do
+  case "$w" in tar|small) ;; *) bench_die "unknown workload $w" ;; esac
+done
+attaches=
+for a in $ATTACH; do
+  case "$a" in
+    nbdfuse) attaches+=" nbdfuse" ;;
+    nbd)
+      if [ ! -b /dev/nbd0 ]; then
+        echo "fs.sh: no /dev/nbd0 (modprobe nbd): the nbd-client rows are skipped" >&2
+      elif ! command -v nbd-client >/dev/null 2>&1; then
+        echo "fs.sh: nbd-client is not installed: the nbd-client rows are skipped" >&2
+      elif nbd-client -c /dev/nbd0 >/dev/null 2>&1; then
+        echo "fs.sh: /dev/nbd0 is in use: the nbd-client rows are skipped" >&2
+      else
+        attaches+=" nbd"
+      fi ;;
+    *) bench_die "unknown ATTACH $a" ;;
+  esac
+done
+[ -n "$attaches" ] || skip "no way to attach the export here"
+
+# State for cleanup: everything attached, innermost last.
+mnt= fsdir= loop= fuse_pid= nbddev=
+detach ()
+{
+  set +e
+  [ -n "$fsdir" ] && mountpoint -q "$fsdir" && umount "$fsdir"
+  [ -n "$loop" ] && losetup -d "$loop"
+  loop=
+  [ -n "$nbddev" ] && nbd-client -d "$nbddev" >/dev/null 2>&1
+  nbddev=
+  # The loop device lets go of MNT/nbd a moment after losetup -d: until
+  # then MNT is busy.
+  if [ -n "$mnt" ]; then
+    for _ in $(seq 50); do
+      mountpoint -q "$mnt" || break
+      umount "$mnt" 2>/dev/null && break
+      sleep 0.1
+    done
+  fi
+  if [ -n "$fuse_pid" ]; then
+    kill "$fuse_pid" 2>/dev/null
+    wait "$fuse_pid" 2>/dev/null
+    fuse_pid=
+  fi
+  set -e
+  return 0
+}
+cleanup ()
+{
+  detach
+  bench_cleanup
+  return 0
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+bench_init
+mnt=$bench_tmpdir/mnt fsdir=$bench_tmpdir/fs
+mkdir "$mnt" "$fsdir"
+
+# ---- the image (made once) -----------------------------------------------------
+# Its name holds a hash of SOURCES: other sources, another image.
+key=$(printf '%s\n' $SOURCES | cksum | cut -d' ' -f1)
+image=$IMAGE_DIR/fs-$key-v1.ext4
+if [ ! -f "$image" ]; then
+  mkdir -p "$IMAGE_DIR"
+  echo "fs.sh: making $image from $SOURCES (once)" >&2
+  stage=$(mktemp -d "$IMAGE_DIR/stage.XXXXXX")
+  # shellcheck disable=SC2086 # a list of directories
+  tar cf - --ignore-failed-read $SOURCES 2>/dev/null | tar xf - -C "$stage" ||
+    { rm -rf "$stage"; bench_die "cannot copy $SOURCES"; }
+  kib=$(du -sk "$stage" | cut -f1)
+  kib=$((kib * 13 / 10 + 65536))
+  rm -f "$image.tmp$$"
+  mkfs.ext4 -q -F -L rafsbench -d "$stage" "$image.tmp$$" "${kib}k" ||
+    { rm -rf "$stage" "$image.tmp$$"; bench_die "mkfs.ext4 -d failed"; }
+  rm -rf "$stage"
+  mv "$image.tmp$$" "$image"
+fi
+: "${SMALL_DIR:=$(set -- $SOURCES; echo "${1#/}")}"
+image_mib=$(( $(stat -c %s "$image") / 1048576 ))
+
+# ---- attach and run ------------------------------------------------------------
+wait_for () # wait_for SECONDS TEST-ARGS...
+{
+  local n=$(( $1 * 10 )); shift
+  while (( n-- > 0 )); do test "$@" && return 0; sleep 0.1; done
+  return 1
+}
+
+attach () # attach HOW SOCKET: the block device (stdout) mounted on $fsdir
+{
+  local how=$1 sock=$2 dev
+  if [ "$how" = nbdfuse ]; then
+    nbdfuse -r "$mnt" --unix "$sock" &
+    fuse_pid=$!
+    wait_for 10 -f "$mnt/nbd" || { echo "nbdfuse did not start" >&2; return 1; }
+    loop=$(losetup -r -f --show "$mnt/nbd") || { loop=; return 1; }
+    dev=$loop
+  else
+    nbddev=/dev/nbd0
+    nbd-client -unix "$sock" "$nbddev" -b 4096 -readonly >/dev/null || { nbddev=; return 1; }
+    dev=$nbddev
+  fi
+  mount -t ext4 -o ro,noload "$dev" "$fsdir" || return 1
+  blockdev --getra "$dev" > "$bench_tmpdir/readahead-sectors" 2>/dev/null || true
+}
+
+workload () # workload NAME: bytes read; the page cache is dropped first
+{
+  sync
+  echo 3 > /proc/sys/vm/drop_caches
+  cd "$fsdir"
+  case "$1" in
+    tar) tar cf - . | wc -c ;;
+    small) find "$SMALL_DIR" -type f -size "-$SMALL_MAX" -print0 | xargs -0 cat | wc -c ;;
+  esac
+}
+
+timed_workload () # timed_workload NAME: "SECONDS BYTES"
+{
+  local t0 t1 bytes
+  t0=$EPOCHREALTIME
+  bytes=$(timeout "$CLIENT_TIMEOUT" bash -c "$(declare -f workload); fsdir=$fsdir SMALL_DIR=$SMALL_DIR SMALL_MAX=$SMALL_MAX workload $1") ||
+    return 1
+  t1=$EPOCHREALTIME
+  awk -v a="$t0" -v b="$t1" -v n="$bytes" 'BEGIN { printf "%.3f %d\n", b - a, n }'
+}
+
+# ra-cache's stats file: "windows-per-branch amplification".
+ra_stats ()
+{
+  "$PYTHON" - "$1" <<'EOF'
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except Exception:
+    print("n/a n/a"); sys.exit(0)
+w = d.get("windows", {})
+parts = ["%s=%d" % (k, v) for k, v in sorted(w.items()) if v]
+cb = d.get("client_bytes", 0)
+print("%s %s" % (",".join(parts) or "-",
+                 "%.2f" % (d.get("backend_bytes", 0) / cb) if cb else "n/a"))
+EOF
+}
+
+declare -A runs=() cell=()
+failed=0
+
+run_once () # run_once ATTACH WORKLOAD CONFIG REP
+{
+  local how=$1 wl=$2 c=$3 rep=$4 delay=$RDELAY key=$1/$2/$3
+  local stats=$bench_tmpdir/back.stats rstats=$bench_tmpdir/ra.stats
+  local res secs bytes back_bytes wins amp
+  local -a front=()
+  [ "$c" = ceiling ] && delay=0
+  if [ -n "$TRACE" ] && [ "$c" = ra-cache ]; then
+    rm -f "$TRACE.$wl.log"
+    front+=(--filter=log)
+  fi
+  case "$c" in
+    readahead+cache) front+=(--filter=readahead --filter=cache) ;;
+    ra-cache) front+=(--filter="$FILTER") ;;
+    ra-cache-base) front+=(--filter="$BASE_FILTER") ;;
+  esac
+  front+=(nbd socket="$(bench_sock back)")
+  [[ "$c" = ra-cache* ]] && front+=("${ra_cache_args[@]}" ra-cache-stats="$rstats")
+  [ -n "$TRACE" ] && [ "$c" = ra-cache ] && front+=(logfile="$TRACE.$wl.log")
+
+  rm -f "$stats" "$rstats" "$bench_tmpdir"/*.log
+  if ! bench_start back -r --filter=stats --filter=delay file "$image" \
+         rdelay="$delay" statsfile="$stats" statsappend=false ||
+     ! bench_start front "${front[@]}" ||
+     ! attach "$how" "$(bench_sock front)"; then
+    detach; bench_stop_all
+    cell[$key]=FAIL; failed=1
+    return 0
+  fi
+  if ! res=$(timed_workload "$wl"); then
+    detach; bench_stop_all
+    echo "fs.sh: $key FAILED; front server log:" >&2
+    tail -n 30 "$bench_tmpdir/front.log" | sed 's/^/    /' >&2
+    cell[$key]=FAIL; failed=1
+    return 0
+  fi
+  detach
+  bench_stop front
+  bench_stop back
+  read -r secs bytes <<<"$res"
+  back_bytes=$(bench_stats_read_bytes "$stats")
+  wins=- amp=-
+  [[ "$c" = ra-cache* ]] && read -r wins amp < <(ra_stats "$rstats")
+  runs[$key]+="$secs $back_bytes $bytes $wins $amp"$'\n'
+  printf '%-7s %-5s %-16s %8s s  %5d MiB read, backend %5d MiB  %s %s' "$how" "$wl" "$c" \
+    "$secs" $((bytes / 1048576)) $((back_bytes / 1048576)) "$wins" "$amp" >&2
+  [ -n "$RESULTS" ] &&
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$how" "$wl" "$c" "$rep" "$secs" \
+      "$bytes" "$back_bytes" "$wins" "$amp" >> "$RESULTS"
+  return 0
+}
+
+[ -n "$RESULTS" ] &&
+  printf 'attach\tworkload\tconfig\trun\tseconds\tclient_bytes\tbackend_bytes\tra_windows\tra_amplification\n' > "$RESULTS"
+ncells=$(( $(wc -w <<<"$attaches") * $(wc -w <<<"$WORKLOADS") * $(wc -w <<<"$CONFIGS") * REPEAT ))
+i=0
+t_all=$SECONDS
+for how in $attaches; do
+  for wl in $WORKLOADS; do
+    for ((rep = 1; rep <= REPEAT; rep++)); do
+      for c in $CONFIGS; do
+        i=$((i + 1))
+        key=$how/$wl/$c
+        if [ "$c" = ra-cache ] && [ "$have_filter" = no ]; then cell[$key]=n/a; continue; fi
+        [ "${cell[$key]:-}" = FAIL ] && continue
+        t0=$SECONDS
+        printf '[%3d/%d] ' "$i" "$ncells" >&2
+        run_once "$how" "$wl" "$c" "$rep"
+        [ "${cell[$key]:-}" = FAIL ] && echo "$key: FAILED" >&2 || printf ' %3ds\n' $((SECONDS - t0)) >&2
+      done
+    done
+  done
+done
+
+echo
+echo "file system benchmark: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $("$NBDKIT" --version), $(uname -r)"
+echo "image: $image: ext4, $image_mib MiB, from $SOURCES"
+echo "backend: nbdkit -r --filter=stats --filter=delay file IMAGE rdelay=$RDELAY (ceiling: rdelay=0); front: nbdkit [filters] nbd, Unix sockets"
+echo "attached: nbdfuse + losetup -r (readahead $(cat "$bench_tmpdir/readahead-sectors" 2>/dev/null || echo '?') sectors), mount -o ro,noload; page cache dropped before each run"
+echo "workloads: tar = tar cf - . | wc -c; small = find $SMALL_DIR -type f -size -$SMALL_MAX | xargs cat"
+echo "ra-cache: $FILTER${RA_CACHE_ARGS:+ $RA_CACHE_ARGS}$([ "$have_filter" = no ] && echo ' (NOT BUILT)')"
+[[ " $CONFIGS " = *" ra-cache-base "* ]] && echo "ra-cache-base: $BASE_FILTER"
+echo "median of $REPEAT run(s) by seconds, fresh servers each"
+echo
+echo "| attach | workload | configuration | seconds | plain s / s | readahead+cache s / s | backend MiB | ra-cache windows | amplification |"
+echo "|---|---|---|---:|---:|---:|---:|---|---:|"
+for how in $attaches; do
+  for wl in $WORKLOADS; do
+    plain_s= rc_s=
+    [ -n "${runs[$how/$wl/plain]:-}" ] &&
+      read -r plain_s _ < <(printf '%s' "${runs[$how/$wl/plain]}" | bench_median_line 1)
+    [ -n "${runs[$how/$wl/readahead+cache]:-}" ] &&
+      read -r rc_s _ < <(printf '%s' "${runs[$how/$wl/readahead+cache]}" | bench_median_line 1)
+    for c in $CONFIGS; do
+      key=$how/$wl/$c
+      if [ -n "${runs[$key]:-}" ]; then
+        read -r secs back_bytes bytes wins amp < <(printf '%s' "${runs[$key]}" | bench_median_line 1)
+        r1=$(bench_ratio "$plain_s" "$secs" 2); [ "$r1" = n/a ] || r1="${r1}x"
+        r2=$(bench_ratio "$rc_s" "$secs" 2); [ "$r2" = n/a ] || r2="${r2}x"
+        echo "| $how | $wl | $c | $secs | $r1 | $r2 | $((back_bytes / 1048576)) | $wins | $amp |"
+      else
+        echo "| $how | $wl | $c | ${cell[$key]:-n/a} | | | | | |"
+      fi
+    done
+  done
+done
+echo
+echo "total time: $((SECONDS - t_all)) s"
+exit "$failed"

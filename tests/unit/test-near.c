@@ -1,0 +1,389 @@
+/* Unit tests of the near rule (branch N of src/readahead.c, adaptive
+ * mode): clustered access grows its window, random access never reads a
+ * page it was not asked for, a mix of both converges, and kernel mode
+ * never takes it.
+ *
+ * The simulated cache reports near hits as the filter's page cache does
+ * (rc_pc_take_near_hits): the first client read of a page that an N
+ * window's async part brought in counts one, handed to the engine at
+ * its next decision (struct ra_inputs).  It reports no cached history
+ * (the cache op history returns 0), so that context readahead (F) never
+ * takes the misses these tests make: they look at N alone.  Pages of
+ * 4 KiB, ra_max 2048 pages (8 MiB), io_max 256, adapt_min 32, an export
+ * of 2^18 pages (1 GiB); no clock, so each stream's cap is its limit.
+ */
+#include <config.h>
+
+#include <stdlib.h>
+#include <string.h>
+#include <check.h>
+
+#include "racache/readahead.h"
+
+#define PAGES (1u << 18)
+
+struct sim {
+  unsigned char cached[PAGES];
+  unsigned char marker[PAGES];
+  unsigned char near[PAGES];    /* async page of an N window, not used */
+  unsigned char asked[PAGES];   /* a client read it */
+  struct ra_state ra;
+  struct ra_params p;
+  struct ra_inputs in;
+  enum ra_branch cur;           /* branch of the window being submitted */
+  uint64_t inserted;            /* pages read from the backend */
+  uint64_t inserted_unasked;    /* ... that no client had asked for then */
+  unsigned windows[RA_NR_BRANCHES];
+  ra_pgoff largest;             /* largest window of N, or of B
+                                 * going on from one */
+  ra_pgoff last_near;           /* latest N window */
+  unsigned misses;              /* client reads that missed */
+};
+
+static bool
+sim_cached (void *opaque, ra_pgoff i)
+{
+  struct sim *s = opaque;
+  return i < PAGES && s->cached[i];
+}
+
+static ra_pgoff
+sim_no_history (void *opaque, ra_pgoff index, ra_pgoff max)
+{
+  (void) opaque; (void) index; (void) max;
+  return 0;
+}
+
+static const struct ra_cache_ops sim_ops = {
+  .cached = sim_cached, .history = sim_no_history,
+};
+
+static bool
+sim_insert (void *opaque, ra_pgoff i, bool marker, bool async)
+{
+  struct sim *s = opaque;
+
+  ck_assert_uint_lt (i, PAGES);
+  if (s->cached[i])
+    return false;
+  s->cached[i] = 1;
+  s->marker[i] = marker;
+  s->near[i] = async && s->cur == RA_N_NEAR;
+  s->inserted++;
+  return true;
+}
+
+static void
+sim_batch (void *opaque, ra_pgoff start, ra_pgoff count, bool async)
+{
+  (void) opaque; (void) start; (void) count; (void) async;
+}
+
+static const struct ra_submit_ops sim_submit_ops = {
+  .insert = sim_insert, .batch = sim_batch
+};
+
+static struct sim *
+sim_new (unsigned mode)
+{
+  struct sim *s = calloc (1, sizeof *s);
+
+  ck_assert_ptr_nonnull (s);
+  ra_state_init (&s->ra);
+  s->p = (struct ra_params) {
+    .page_shift = 12, .ra_max = 2048, .io_max = 256,
+    .export_size = (uint64_t) PAGES << 12,
+    .mode = mode, .adapt_min = 32, .self_max = 0, .parallel = 12,
+  };
+  s->in = (struct ra_inputs) { .lat_ns = -1 };
+  return s;
+}
+
+static void
+sim_trigger (struct sim *s, ra_pgoff index, bool marker, ra_pgoff req,
+             ra_pgoff first, ra_pgoff last)
+{
+  struct ra_window w;
+  struct ra_submit_result res;
+  ra_pgoff i;
+
+  ra_ondemand_at (&s->ra, &s->p, &sim_ops, s, index, marker, req,
+                  &s->in, &w);
+  s->in.near_hits = 0;          /* handed over once */
+  if (w.size == 0)
+    return;
+  s->windows[w.branch]++;
+  if (w.branch == RA_N_NEAR)
+    s->last_near = w.size;
+  if ((w.branch == RA_N_NEAR || w.branch == RA_B_SEQUENTIAL) &&
+      w.size > s->largest)
+    s->largest = w.size;
+  s->cur = w.branch;
+  ra_submit (&w, s->p.io_max, &sim_submit_ops, s, &res);
+  for (i = w.start; i < w.start + w.size; i++)
+    if (!s->asked[i] && !(i >= first && i < last))
+      s->inserted_unasked++;
+}
+
+/* A client read of pages [first, first + n). */
+static void
+sim_read (struct sim *s, ra_pgoff first, ra_pgoff n)
+{
+  ra_pgoff j, last = first + n;
+  bool missed = false;
+
+  for (j = first; j < last; j++) {
+    if (!s->cached[j]) {
+      missed = true;
+      sim_trigger (s, j, false, last - j, first, last);
+    }
+    else if (s->marker[j]) {
+      s->marker[j] = 0;
+      sim_trigger (s, j, true, last - j, first, last);
+    }
+    ck_assert (s->cached[j]);
+    if (s->near[j]) {
+      s->near[j] = 0;
+      s->in.near_hits++;
+    }
+    s->asked[j] = 1;
+  }
+  if (missed)
+    s->misses++;
+  ra_update_prev_pos (&s->ra, (uint64_t) last << 12);
+}
+
+/* A deterministic pseudo-random page (an LCG). */
+static ra_pgoff
+rnd (uint64_t *x)
+{
+  *x = *x * 6364136223846793005u + 1442695040888963407u;
+  return (*x >> 33) % PAGES;
+}
+
+/* Clustered: reads of one page in increasing order, from `from`, one
+ * in 3 pages on average (gaps of 0 to 4 pages).  Where a miss falls just
+ * after a window, branch B goes on from it as a sequential stream.
+ */
+static void
+clustered (struct sim *s, ra_pgoff from, unsigned reads)
+{
+  unsigned k;
+
+  for (k = 0; k < reads; k++)
+    sim_read (s, from + 3 * (ra_pgoff) k + (k * 7) % 3, 1);
+}
+
+START_TEST (test_clustered_grows)
+{
+  struct sim *s = sim_new (RA_MODE_ADAPTIVE);
+  unsigned early;
+
+  /* The first two misses are exact (no window until two misses in a
+   * row were each near the one before), then the windows grow while
+   * their pages are used, up to ra_max.
+   */
+  clustered (s, 100000, 2);
+  ck_assert_uint_eq (s->windows[RA_N_NEAR], 0);
+  ck_assert_uint_eq (s->inserted, 2);
+  clustered (s, 100010, 3000);
+  ck_assert_uint_ge (s->windows[RA_N_NEAR], 3);
+  ck_assert_uint_eq (s->largest, s->p.ra_max);
+  /* Once grown, a window serves hundreds of reads: few misses in all. */
+  early = s->misses;
+  clustered (s, 100010 + 9010, 3000);
+  ck_assert_uint_le (s->misses - early, 12);
+  free (s);
+}
+END_TEST
+
+START_TEST (test_random_reads_only_what_is_asked)
+{
+  struct sim *s = sim_new (RA_MODE_ADAPTIVE);
+  uint64_t x = 17;
+  unsigned k;
+
+  /* 20000 random reads of 1 to 4 pages over 1 GiB: a window would need
+   * two misses in a row each within 1 MiB of the one before.
+   */
+  for (k = 0; k < 20000; k++) {
+    ra_pgoff i = rnd (&x), n = 1 + k % 4;
+
+    if (i + n > PAGES)
+      i = PAGES - n;
+    sim_read (s, i, n);
+  }
+  ck_assert_uint_eq (s->windows[RA_N_NEAR], 0);
+  ck_assert_uint_eq (s->inserted_unasked, 0);
+  ck_assert_uint_gt (s->windows[RA_G_RANDOM], 19000);
+  free (s);
+}
+END_TEST
+
+START_TEST (test_mix_converges)
+{
+  struct sim *s = sim_new (RA_MODE_ADAPTIVE);
+  uint64_t x = 5, unasked, inserted;
+  unsigned k, round;
+
+  for (round = 0; round < 3; round++) {
+    /* Clustered: the window grows to ra_max. */
+    s->largest = 0;
+    clustered (s, 20000 + round * 60000, 3000);
+    ck_assert_uint_eq (s->largest, s->p.ra_max);
+    /* Then random: the windows halve at each miss not hit (never
+     * faster), so the pages read beyond the requests are at most about
+     * twice the largest window, and after that every read is exact.
+     */
+    unasked = s->inserted_unasked;
+    for (k = 0; k < 2000; k++)
+      sim_read (s, rnd (&x), 1);
+    ck_assert_uint_le (s->inserted_unasked - unasked, 2 * s->p.ra_max + 64);
+    unasked = s->inserted_unasked;
+    inserted = s->inserted;
+    for (k = 0; k < 2000; k++)
+      sim_read (s, rnd (&x), 1);
+    ck_assert_uint_eq (s->inserted_unasked, unasked);
+    ck_assert_uint_le (s->inserted - inserted, 2000);
+  }
+  free (s);
+}
+END_TEST
+
+START_TEST (test_sparse_converges)
+{
+  struct sim *s = sim_new (RA_MODE_ADAPTIVE);
+  uint64_t unasked = 0;
+  unsigned k;
+
+  /* Grown windows, then reads one in 50 pages: each window gets too
+   * few hits to keep its size; then a trial window now and then, ever
+   * more rarely while none is used enough: in the last 1000 reads,
+   * fewer than 10% more pages read than asked for.
+   */
+  clustered (s, 10000, 3000);
+  ck_assert_uint_eq (s->largest, s->p.ra_max);
+  for (k = 0; k < 3000; k++) {
+    if (k == 2000)
+      unasked = s->inserted_unasked;
+    sim_read (s, 30000 + (ra_pgoff) k * 50, 1);
+  }
+  ck_assert_uint_le (s->inserted_unasked - unasked, 1000 / 10);
+  free (s);
+}
+END_TEST
+
+static bool
+nothing_cached (void *opaque, ra_pgoff i)
+{
+  (void) opaque; (void) i;
+  return false;
+}
+
+static const struct ra_cache_ops none_ops = { .cached = nothing_cached };
+
+/* One decision at a sync miss of one page at index, given near hits;
+ * nothing is cached.  Returns the window's size (1: exact) and checks
+ * its branch.
+ */
+static ra_pgoff
+decide (struct ra_state *ra, const struct ra_params *p, ra_pgoff index,
+        ra_pgoff hits, enum ra_branch expect)
+{
+  struct ra_inputs in = { .lat_ns = -1, .near_hits = hits };
+  struct ra_window w;
+
+  ra_ondemand_at (ra, p, &none_ops, NULL, index, false, 1, &in, &w);
+  ck_assert_int_eq (w.branch, expect);
+  ck_assert_uint_eq (w.start, index);
+  if (expect == RA_N_NEAR) {
+    ck_assert_uint_eq (w.async_size, w.size - 1);
+    ck_assert_uint_eq (w.marker, index + 1);
+  }
+  ra_update_prev_pos (ra, (index + 1) << 12);
+  return w.size;
+}
+
+START_TEST (test_hits_size_the_window)
+{
+  struct sim *s = sim_new (RA_MODE_ADAPTIVE);
+  struct ra_state *ra = &s->ra;
+
+  /* Two misses near each other: exact; the third: a trial of 256K. */
+  ck_assert_uint_eq (decide (ra, &s->p, 1000, 0, RA_G_RANDOM), 1);
+  ck_assert_uint_eq (decide (ra, &s->p, 1100, 0, RA_G_RANDOM), 1);
+  ck_assert_uint_eq (decide (ra, &s->p, 1200, 0, RA_N_NEAR), 1 + 64);
+  /* All of it used: hits + 2 rounded up to a power of two, 128. */
+  ck_assert_uint_eq (decide (ra, &s->p, 1300, 64, RA_N_NEAR), 1 + 128);
+  ck_assert_uint_eq (decide (ra, &s->p, 1600, 128, RA_N_NEAR), 1 + 256);
+  /* A sixteenth used: kept. */
+  ck_assert_uint_eq (decide (ra, &s->p, 2000, 16, RA_N_NEAR), 1 + 256);
+  /* An eighth used or more: the reads lie further apart than the
+   * window: it doubles.
+   */
+  ck_assert_uint_eq (decide (ra, &s->p, 2300, 32, RA_N_NEAR), 1 + 512);
+  /* Not used: exact, and the next trial waits for twice as many near
+   * misses (4).
+   */
+  ck_assert_uint_eq (decide (ra, &s->p, 2700, 0, RA_G_RANDOM), 1);
+  ck_assert_uint_eq (decide (ra, &s->p, 2800, 0, RA_G_RANDOM), 1);
+  ck_assert_uint_eq (decide (ra, &s->p, 2900, 0, RA_G_RANDOM), 1);
+  ck_assert_uint_eq (decide (ra, &s->p, 3000, 0, RA_N_NEAR), 1 + 64);
+  /* One page of it used: halved; then none: exact. */
+  ck_assert_uint_eq (decide (ra, &s->p, 3100, 1, RA_N_NEAR), 1 + 32);
+  ck_assert_uint_eq (decide (ra, &s->p, 3200, 0, RA_G_RANDOM), 1);
+  /* Far away: exact, whatever the hits. */
+  ck_assert_uint_eq (decide (ra, &s->p, 100000, 64, RA_G_RANDOM), 1);
+  /* Kernel mode: never. */
+  s->p.mode = RA_MODE_KERNEL;
+  ra_state_init (ra);
+  ck_assert_uint_eq (decide (ra, &s->p, 1000, 0, RA_G_RANDOM), 1);
+  ck_assert_uint_eq (decide (ra, &s->p, 1100, 0, RA_G_RANDOM), 1);
+  ck_assert_uint_eq (decide (ra, &s->p, 1200, 64, RA_G_RANDOM), 1);
+  ck_assert_uint_eq (decide (ra, &s->p, 1300, 64, RA_G_RANDOM), 1);
+  free (s);
+}
+END_TEST
+
+START_TEST (test_kernel_mode_never_near)
+{
+  struct sim *s = sim_new (RA_MODE_KERNEL);
+
+  /* G, and E where a read follows the one before (and B after it),
+   * never N, though its near hits were handed over.
+   */
+  clustered (s, 100000, 3000);
+  ck_assert_uint_eq (s->windows[RA_N_NEAR], 0);
+  ck_assert_uint_gt (s->windows[RA_G_RANDOM], 100);
+  ck_assert_uint_gt (s->windows[RA_E_SEQ_MISS], 0);
+  free (s);
+}
+END_TEST
+
+static Suite *
+near_suite (void)
+{
+  Suite *s = suite_create ("near");
+  TCase *tc = tcase_create ("near");
+
+  tcase_add_test (tc, test_clustered_grows);
+  tcase_add_test (tc, test_random_reads_only_what_is_asked);
+  tcase_add_test (tc, test_mix_converges);
+  tcase_add_test (tc, test_sparse_converges);
+  tcase_add_test (tc, test_hits_size_the_window);
+  tcase_add_test (tc, test_kernel_mode_never_near);
+  suite_add_tcase (s, tc);
+  return s;
+}
+
+int
+main (void)
+{
+  SRunner *sr = srunner_create (near_suite ());
+  int failed;
+
+  srunner_run_all (sr, CK_NORMAL);
+  failed = srunner_ntests_failed (sr);
+  srunner_free (sr);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
