@@ -15,14 +15,19 @@
  * order: stream lock, then page cache shard locks), never while reading
  * from the backend or waiting for pages.
  *
- * Congestion (ra-congestion=skip, the default): when a window is
- * submitted while the backend reads running and queued are at or above
- * the congestion threshold, only the sync part is read.  The async
+ * Congestion (the decision is rc_cong_decide, src/congestion.c; with
+ * ra-congestion=skip, the default): when a window is submitted while
+ * the backend reads running and queued are at or above the congestion
+ * threshold, only the sync part is read.  The async
  * part's new pages are removed from the cache again and ra_drop_async
  * shrinks the stream state by them, so the next access misses at start
- * + size and branch B continues the stream.  With ra-congestion=wait the
- * async part is queued instead, and the workers start it once fewer than
- * the threshold of reads are running (src/prefetch.c).  Either way, a
+ * + size and branch B continues the stream.  A queued async part is
+ * started by the workers when the decision lets it: in adaptive mode
+ * while the backend slots the estimator measured leave one free for a
+ * sync read; in kernel mode with ra-congestion=wait once fewer than the
+ * threshold of reads are running (src/prefetch.c).  In adaptive mode a
+ * client whose own reads in flight cover the backend's bandwidth-delay
+ * product gets no window beyond its request at all (trigger).  Either way, a
  * client that needs a page whose async read is still queued promotes
  * that read among the sync jobs: it never waits behind speculation, and
  * the read is issued once.
@@ -77,6 +82,10 @@ rc_cache_new (const struct rc_config *cfg, const struct rc_backend *be,
   c->params.parallel = nworkers ? nworkers : 1;
   ra_model_init (&c->model);
   pthread_mutex_init (&c->model_lock, NULL);
+  rc_cong_init (&c->cong, cfg->congestion_threshold,
+                cfg->mode == RC_MODE_ADAPTIVE,
+                cfg->congestion == RC_CONGESTION_WAIT);
+  pthread_mutex_init (&c->cong_lock, NULL);
   pthread_mutex_init (&c->size_lock, NULL);
   pthread_mutex_init (&c->bounce_lock, NULL);
   pthread_mutex_init (&c->qlock, NULL);
@@ -110,6 +119,7 @@ rc_cache_free (struct rc_cache *c)
   pthread_mutex_destroy (&c->bounce_lock);
   pthread_mutex_destroy (&c->size_lock);
   pthread_mutex_destroy (&c->model_lock);
+  pthread_mutex_destroy (&c->cong_lock);
   pthread_mutex_destroy (&c->qlock);
   pthread_cond_destroy (&c->qcond);
   free (c);
@@ -199,6 +209,8 @@ rc_stream_new (void)
   pthread_mutex_init (&s->lock, NULL);
   ra_state_init (&s->ra);
   s->behind = RA_NO_MARKER;      /* no read yet */
+  s->bytes_reading = s->depth_bytes = 0;
+  s->nreading = s->depth_reads16 = 0;
   for (i = 0; i < RC_STREAM_READS; i++)
     s->reading[i] = RA_NO_MARKER;
   /* Owners 1 .. RC_PC_OWNERS - 1, reused after that many streams: a
@@ -319,8 +331,7 @@ submit_window (struct rc_cache *c, struct ra_state *ra,
   ra_submit (w, c->params.io_max, &submit_ops, bs, &res);
 
   if (ra && res.async_pages > 0 &&
-      ((c->cfg.congestion == RC_CONGESTION_SKIP &&
-        rc_cache_inflight (c) >= c->cfg.congestion_threshold) ||
+      (rc_congestion (c, RC_CONG_KEEP, 0, 0) != RC_CONG_GO ||
        /* No background connection open: nobody would read it. */
        !rc_workers_ready (c))) {
     ra_pgoff dropped = 0;
@@ -467,18 +478,31 @@ trigger (struct rc_cache *c, struct rc_stream *s, void *ctx,
   struct batches bs;
   struct ra_window w;
   struct ra_inputs in, *inp = NULL;
+  const struct ra_params *p = &c->params;
+  struct ra_params request_only;
   int r;
 
   batches_init (&bs, c, false);
   bs.owner = s->owner;
   ACQUIRE_LOCK (&s->lock);
-  if (c->params.mode == RA_MODE_ADAPTIVE) {
+  /* A client whose own reads keep the backend busy (several reads, as
+   * many bytes as the BDP and half of ra-max) reads just its request:
+   * readahead would only compete with its reads.
+   */
+  if (rc_congestion (c, RC_CONG_WINDOW, s->depth_reads16 / 16,
+                     s->depth_bytes) == RC_CONG_COVERED) {
+    request_only = c->params;
+    request_only.ra_max = 0;
+    p = &request_only;
+    STAT_ADD (&c->stats, async_covered, 1);
+  }
+  if (p->mode == RA_MODE_ADAPTIVE && p->ra_max > 0) {
     adaptive_inputs (c, s, &in);
     inp = &in;
     if (in.wasted > 0)
       STAT_ADD (&c->stats, adapt_waste, 1);
   }
-  ra_ondemand_at (&s->ra, &c->params, &rc_pc_query_ops, c->pc,
+  ra_ondemand_at (&s->ra, p, &rc_pc_query_ops, c->pc,
                   index, marker, last - index, inp, &w);
   if (inp)
     atomic_store_explicit (&c->stats.adapt_cap_pages, s->ra.ad.cap,
@@ -511,7 +535,7 @@ late (struct rc_cache *c, struct rc_stream *s, void *ctx, ra_pgoff index)
    * distance, is what the reader waits for then).
    */
   if (m != RA_NO_MARKER &&
-      rc_cache_inflight (c) + reads < c->cfg.congestion_threshold &&
+      rc_congestion (c, RC_CONG_EARLY, reads, 0) == RC_CONG_GO &&
       rc_pc_take_marker (c->pc, m)) {
     STAT_ADD (&c->stats, adapt_early, 1);
     trigger (c, s, ctx, m, true, m + 1, NULL, &ignored);
@@ -696,6 +720,19 @@ rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
   again_page = s->ra.prev_pos > 0 ? (s->ra.prev_pos - 1) >> shift
     : RA_NO_MARKER;
   slot = reading_start (s, offset >> shift);
+  s->bytes_reading += count;
+  s->nreading++;
+  /* The depth the client keeps: the most it had in flight lately (the
+   * reads of one burst arrive one by one), decaying by 1/16 a read.
+   */
+  if (s->bytes_reading >= s->depth_bytes)
+    s->depth_bytes = s->bytes_reading;
+  else
+    s->depth_bytes -= (s->depth_bytes - s->bytes_reading) / 16;
+  if (s->nreading * 16 >= s->depth_reads16)
+    s->depth_reads16 = s->nreading * 16;
+  else
+    s->depth_reads16 -= (s->depth_reads16 - s->nreading * 16) / 16;
   RELEASE_LOCK (&s->lock);
 
   r = read_through (c, s, ctx, &cb, again_page, err);
@@ -705,6 +742,8 @@ rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
     ra_update_prev_pos (&s->ra, end);
   if (slot >= 0)
     s->reading[slot] = RA_NO_MARKER;
+  s->bytes_reading -= count;
+  s->nreading--;
   behind_from = next_behind (c, s, offset >> shift, end >> shift,
                              &behind_to);
   RELEASE_LOCK (&s->lock);

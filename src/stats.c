@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "racache/congestion.h"
 #include "racache/stats-server.h"
 
 /* When the cache was started, for uptime_seconds. */
@@ -35,6 +36,7 @@ struct snap {
   struct rc_pc_counts pc;
   uint64_t psize, hits, misses;
   double lat_ns, page_ns, uptime;
+  struct rc_cong_estimate cong;
 };
 
 static void
@@ -46,6 +48,7 @@ take_snap (struct rc_cache *c, struct snap *s)
   s->st = rc_cache_stats (c);
   rc_pc_counts (rc_cache_pagecache (c), &s->pc);
   rc_cache_model (c, &s->lat_ns, &s->page_ns);
+  rc_cache_congestion (c, &s->cong);
   s->psize = rc_pc_page_size (rc_cache_pagecache (c));
   s->hits = STAT_GET (s->st, page_hits);
   s->misses = STAT_GET (s->st, page_misses);
@@ -169,7 +172,25 @@ take_snap (struct rc_cache *c, struct snap *s)
      s->lat_ns / 1000)                                                  \
   X (GAUGE, backend_page_us, 3,                                         \
      "Modelled backend transfer time per page, microseconds.",          \
-     s->page_ns / 1000)
+     s->page_ns / 1000)                                                 \
+  X (GAUGE, backend_slots, -1,                                          \
+     "Backend reads served at once without queueing (estimate).",       \
+     s->cong.slots)                                                     \
+  X (GAUGE, backend_queue_delay_us, 1,                                  \
+     "Smoothed queueing delay of sync reads, microseconds.",            \
+     s->cong.queue_delay_ns / 1000.0)                                   \
+  X (GAUGE, backend_base_latency_us, 1,                                 \
+     "Smallest recent backend read latency, microseconds.",             \
+     s->cong.base_latency_ns / 1000.0)                                  \
+  X (GAUGE, backend_bdp_bytes, -1,                                      \
+     "Backend bandwidth-delay product (estimate), bytes.",              \
+     s->cong.bdp_bytes)                                                 \
+  X (COUNTER, async_held, -1,                                           \
+     "Async reads the congestion estimate held back.",                  \
+     ST (async_held))                                                   \
+  X (COUNTER, async_covered, -1,                                        \
+     "Async parts dropped: the client's reads cover the BDP.",          \
+     ST (async_covered))
 
 enum item_kind { COUNTER, GAUGE, LABEL, WINDOWS };
 enum format { JSON, PROMETHEUS };

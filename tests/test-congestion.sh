@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Congestion: a backend with few threads and a few ms of delay, a
 # sequential reader and a random reader at once.  With ra-congestion=skip
-# the stats show skipped async parts; with wait, delayed ones; and once the
-# load ends no empty placeholder page (in flight, never to be read) stays
-# in the cache.  Data read is checked against the pattern plugin.
+# the stats show skipped async parts; with wait, delayed ones (both in
+# kernel mode, the fixed threshold); in adaptive mode (the defaults) the
+# measured estimate: a base latency of at least the backend's 3 ms, and
+# backend slots from 1 to the threshold.  Once the load ends no empty
+# placeholder page (in flight, never to be read) stays in the cache.
+# Data read is checked against the pattern plugin.
 set -euo pipefail
 export PATH=/usr/bin:/bin:$PATH
 filter=${top_builddir:-.}/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so
@@ -33,13 +36,17 @@ PY
 "${NBDKIT:-nbdkit}" -t 2 -U "$d/back.sock" -P "$d/back.pid" --filter=delay pattern 2G rdelay=3ms
 wait_sock "$d/back.sock"
 
-for policy in skip wait; do
+for policy in skip wait adaptive; do
   rm -f "$d/front.sock"
   # 256K backend reads: a 4M window is 16 of them, over the threshold of 9
   # (kernel mode: adaptive mode keeps a window below the threshold).
+  if [ $policy = adaptive ]; then
+    args=()
+  else
+    args=(ra-mode=kernel ra-max=4M ra-io-max=256K ra-congestion=$policy)
+  fi
   "${NBDKIT:-nbdkit}" -U "$d/front.sock" -P "$d/front.pid" --filter="$filter" \
-    nbd socket="$d/back.sock" ra-mode=kernel ra-max=4M ra-io-max=256K \
-    ra-congestion=$policy \
+    nbd socket="$d/back.sock" "${args[@]}" \
     ra-cache-stats-socket="$d/stats.sock"
   wait_sock "$d/front.sock"
   uri="nbd+unix:///?socket=$d/front.sock"
@@ -58,7 +65,16 @@ for policy in skip wait; do
   inflight_pages=$(stat_of "$d/stats.sock" cache_pages_inflight)
   echo "$policy: async parts skipped $skipped, delayed $delayed, pages in flight after the load $inflight_pages"
   [ "$inflight_pages" = 0 ] || fail "$policy: $inflight_pages placeholder pages left in flight"
-  if [ $policy = skip ]; then
+  if [ $policy = adaptive ]; then
+    slots=$(stat_of "$d/stats.sock" backend_slots)
+    base=$(stat_of "$d/stats.sock" backend_base_latency_us)
+    held=$(stat_of "$d/stats.sock" async_held)
+    echo "adaptive: backend slots $slots, base latency $base us, async reads held $held"
+    [ "$slots" -ge 1 ] && [ "$slots" -le 9 ] || fail "adaptive: backend_slots $slots"
+    /usr/bin/python3 -c "import sys; sys.exit(not 3000 <= float(sys.argv[1]) < 1e6)" "$base" ||
+      fail "adaptive: base latency $base us, the backend delays 3 ms"
+    [ "$delayed" = 0 ] || fail "adaptive: the fixed threshold delayed reads with skip"
+  elif [ $policy = skip ]; then
     [ "$skipped" -gt 0 ] || fail "skip: no async part was skipped under congestion"
     [ "$delayed" = 0 ] || fail "skip: async reads were delayed"
   else

@@ -24,6 +24,8 @@ struct rc_stats {
   _Atomic uint64_t async_skipped_pages;
   _Atomic uint64_t async_delayed;     /* async reads held back for congestion (wait) */
   _Atomic uint64_t async_promoted;    /* queued async reads a client then needed */
+  _Atomic uint64_t async_held;        /* async reads the estimate held back */
+  _Atomic uint64_t async_covered;     /* async parts dropped: the client's reads cover the BDP */
   _Atomic uint64_t inflight_hwm;      /* most backend reads in flight at once */
   _Atomic uint64_t backend_reads;     /* backend read requests */
   _Atomic uint64_t backend_bytes;     /* bytes read from the backend */
