@@ -28,6 +28,9 @@
 #                    plus RA_CACHE_ARGS); "n/a" if FILTER is not built
 #   ra-cache-wait    (only if named in CONFIGS) ra-cache with
 #                    ra-congestion=wait
+#   ra-cache-base    (only if named in CONFIGS) --filter=FILTER_BASE with
+#                    RA_CACHE_ARGS: another build (e.g. main's), to
+#                    measure a change before and after in one run
 #   single-hop       (only if named in CONFIGS) the client reads the backend
 #                    directly with rdelay=0: the physical limit for a cache
 #                    that serves hits locally
@@ -48,6 +51,7 @@
 #   BACKEND [pattern 4G]  backend plugin and arguments (word-split), e.g.
 #                         "sparse-random 4G"
 #   FILTER [build/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so]
+#   FILTER_BASE []        the filter of ra-cache-base
 #   RA_CACHE_ARGS []      extra ra-cache parameters, e.g. "ra-max=8M"
 #   CONFIGS ["ceiling plain readahead+cache ra-cache"]   columns to run,
 #                         in this order; may add single-hop
@@ -82,6 +86,7 @@ top=$(dirname "$here")
 : "${RDELAY:=1ms}"
 : "${BACKEND:=pattern 4G}"
 : "${FILTER:=$top/build/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so}"
+: "${FILTER_BASE:=}"
 : "${RA_CACHE_ARGS:=}"
 : "${CONFIGS:=ceiling plain readahead+cache ra-cache}"
 : "${WORKLOADS:=seq4k seq64k seq1m seq64k-d8 short64k-d8 short1m short64k fioseq64k rand4k interleave16k multiconn64k strided64k backward64k}"
@@ -164,6 +169,8 @@ short_bytes[short64k]=$(bench_size_bytes "$SHORT_64K") || bench_die "bad SHORT_6
 for c in $CONFIGS; do
   case "$c" in
     ceiling|plain|readahead+cache|ra-cache|ra-cache-wait|single-hop) ;;
+    ra-cache-base) [ -f "$FILTER_BASE" ] ||
+      bench_die "ra-cache-base needs FILTER_BASE (a built filter .so)" ;;
     *) bench_die "unknown configuration $c" ;;
   esac
 done
@@ -272,9 +279,10 @@ run_cell ()
     ceiling|plain|single-hop) front=() ;;
     readahead+cache) front=(--filter=readahead --filter=cache) ;;
     ra-cache|ra-cache-wait) front=(--filter="$FILTER") ;;
+    ra-cache-base) front=(--filter="$FILTER_BASE") ;;
   esac
   front+=(nbd socket="$(bench_sock back)")
-  [ "$c" = ra-cache ] && front+=("${ra_cache_args[@]}")
+  [ "$c" = ra-cache ] || [ "$c" = ra-cache-base ] && front+=("${ra_cache_args[@]}")
   [ "$c" = ra-cache-wait ] && front+=(ra-congestion=wait "${ra_cache_args[@]}")
 
   rm -f "$stats" "$bench_tmpdir"/*.log "$bench_tmpdir/front.rusage"
@@ -361,7 +369,7 @@ done
 # ---- the table -----------------------------------------------------------------
 ratio_cols=()
 if [[ " $CONFIGS " == *" ra-cache "* ]]; then
-  for c in ceiling readahead+cache plain; do
+  for c in ceiling readahead+cache plain ra-cache-base; do
     [[ " $CONFIGS " == *" $c "* ]] && ratio_cols+=("$c")
   done
 fi

@@ -1,31 +1,58 @@
 #!/usr/bin/env bash
 # bench/congestion.sh: does speculation crowd out waiting clients?
 #
-# A congested backend (nbdkit -t BACKEND_THREADS, rdelay=RDELAY) serves a
-# sequential reader (ra-bench seq, 64 KiB, depth 1) and a random reader
-# (ra-bench random, 4 KiB, depth RANDOM_DEPTH) at the same time, for
-# DURATION seconds, through each front configuration:
-#   plain            no filter
-#   ra-off           ra-cache ra-max=0 (cache, no readahead)
-#   ra-skip          ra-cache defaults (ra-congestion=skip)
-#   ra-wait          ra-cache ra-congestion=wait
-#   readahead+cache  nbdkit's own filters
-# and prints the random reader's p50/p99 latency, the sequential reader's
-# throughput, and the ra-cache counters of skipped and delayed async parts,
-# side by side, with the ratios the congestion issue asks about.
+# For every backend (rows) and front configuration (columns), two fresh
+# servers, and two readers at the same time for DURATION seconds:
+#   sequential  ra-bench seq, 64 KiB, depth 1 (a bulk copy)
+#   random      ra-bench random, 4 KiB, depth RANDOM_DEPTH (a VM's I/O)
+# The table gives the random reader's p50/p99 latency (ms) and the
+# sequential reader's MB/s, then for each ra-cache column the random p99
+# against ra-off and the sequential MB/s against plain: the congestion
+# issue's goal is p99 within 1.25x of ra-off, and sequential at least 3x
+# plain where the backend has the capacity.
 #
-# Usage: bench/congestion.sh        (env: RDELAY, BACKEND_THREADS,
-#        DURATION, RANDOM_DEPTH, BUILD, RA_CACHE_ARGS)
+# Backends (rows, BACKENDS): tN = nbdkit -t N --filter=delay pattern 8G
+# rdelay=RDELAY (N threads per connection; the front opens several
+# connections, and all servers share this machine's CPUs); rate =
+# the same with -t 16 behind --filter=rate rate=RATE (a bandwidth limit
+# shared by all connections).
+#
+# Fronts (columns, CONFIGS):
+#   plain      no filter
+#   ra-off     ra-cache ra-max=0 (cache, no readahead)
+#   fixed      ra-cache ra-mode=kernel: the fixed congestion threshold
+#              (ra-congestion-threshold, 9), as before the estimator
+#   learned    ra-cache defaults (adaptive: the congestion estimate)
+#   base       (only with FILTER_BASE) another build's filter, defaults:
+#              e.g. main's, to compare before and after in one run
+# plus RA_CACHE_ARGS for every ra-cache column.  Cells run row by row,
+# REPEAT times, the columns of a row alternated in every repetition,
+# fresh servers for each; a cell shows the median of its runs (of each
+# figure apart).  ra-cache columns also show the async parts skipped,
+# async reads held back (delayed by the threshold + held by the
+# estimate) and the estimate at the end (backend_slots, queueing delay
+# in us), of the last run.
+#
+# Usage: bench/congestion.sh   (env: BACKENDS ["t1 t2 t4 t16 rate"],
+#        CONFIGS ["plain ra-off fixed learned"], RDELAY [3ms], RATE [400M],
+#        DURATION [6], REPEAT [3], RANDOM_DEPTH [1], BUILD [build],
+#        FILTER_BASE, RA_CACHE_ARGS, RESULTS [a TSV file of every run])
+# About DURATION + 3 s per run: 7 minutes with the defaults.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=bench/lib.sh
 . "$here/lib.sh"
 : "${BUILD:=$here/../build}"
 : "${RDELAY:=3ms}"
-: "${BACKEND_THREADS:=2}"
-: "${DURATION:=8}"
-: "${RANDOM_DEPTH:=4}"
+: "${RATE:=400M}"
+: "${BACKENDS:=t1 t2 t4 t16 rate}"
+: "${CONFIGS:=plain ra-off fixed learned}"
+: "${DURATION:=6}"
+: "${REPEAT:=3}"
+: "${RANDOM_DEPTH:=1}"
 : "${RA_CACHE_ARGS:=}"
+: "${FILTER_BASE:=}"
+: "${RESULTS:=}"
 filter=$BUILD/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so
 bench=$BUILD/ra-bench
 [ -f "$filter" ] || bench_die "build the filter first ($filter)"
@@ -35,67 +62,101 @@ export PATH=$BENCH_PATH
 bench_init
 trap bench_cleanup EXIT
 
-configs=(plain ra-off ra-skip ra-wait readahead+cache)
 declare -A front=(
   [plain]=""
   [ra-off]="--filter=$filter"
-  [ra-skip]="--filter=$filter"
-  [ra-wait]="--filter=$filter"
-  [readahead+cache]="--filter=readahead --filter=cache"
+  [fixed]="--filter=$filter"
+  [learned]="--filter=$filter"
+  [base]="--filter=$FILTER_BASE"
 )
 declare -A params=(
   [plain]=""
   [ra-off]="ra-max=0"
-  [ra-skip]=""
-  [ra-wait]="ra-congestion=wait"
-  [readahead+cache]=""
+  [fixed]="ra-mode=kernel"
+  [learned]=""
+  [base]=""
 )
+for cfg in $CONFIGS; do
+  [ -n "${front[$cfg]+x}" ] || bench_die "unknown configuration $cfg"
+  [ "$cfg" != base ] || [ -f "$FILTER_BASE" ] ||
+    bench_die "base needs FILTER_BASE (a built nbdkit-ra-cache-filter.so)"
+done
 
 py=/usr/bin/python3
 field () { $py -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
+[ -z "$RESULTS" ] ||
+  printf 'backend\tconfig\trun\trand_p50_ms\trand_p99_ms\tseq_mb_s\tskipped\theld\tslots\tqdelay_us\n' > "$RESULTS"
+median () { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
-printf '%-16s %10s %10s %12s %9s %9s %9s\n' config "rand p50" "rand p99" "seq MB/s" skipped delayed promoted
-declare -A p99 seq
-for cfg in "${configs[@]}"; do
-  bench_start back -t "$BACKEND_THREADS" --filter=delay pattern 8G rdelay="$RDELAY" ||
-    bench_die "backend failed"
-  stats=
-  # shellcheck disable=SC2086
-  if [[ $cfg == ra-* ]]; then
-    stats=$bench_tmpdir/ra.json
-    bench_start front ${front[$cfg]} nbd socket="$(bench_sock back)" \
-      ${params[$cfg]} $RA_CACHE_ARGS ra-cache-stats="$stats" || bench_die "front failed"
-  else
-    bench_start front ${front[$cfg]} nbd socket="$(bench_sock back)" ||
-      bench_die "front failed"
-  fi
-  uri=$(bench_uri front)
-  "$bench" --json -u "$uri" -p seq -s 64K -d 1 -t "$DURATION" > "$bench_tmpdir/seq.json" &
-  spid=$!
-  "$bench" --json -u "$uri" -p random -s 4K -d "$RANDOM_DEPTH" -t "$DURATION" \
-    --seed 7 > "$bench_tmpdir/rand.json" &
-  rpid=$!
-  wait "$spid" || bench_die "$cfg: sequential reader failed"
-  wait "$rpid" || bench_die "$cfg: random reader failed"
-  bench_stop front
-  bench_stop back
-  p50=$(field "$bench_tmpdir/rand.json" 'd["latency_ms"]["p50"]')
-  p99[$cfg]=$(field "$bench_tmpdir/rand.json" 'd["latency_ms"]["p99"]')
-  seq[$cfg]=$(field "$bench_tmpdir/seq.json" 'd["mb_per_s"]')
-  sk=- dl=- pr=-
-  if [ -n "$stats" ]; then
-    sk=$(field "$stats" 'd["async_skipped"]')
-    dl=$(field "$stats" 'd["async_delayed"]')
-    pr=$(field "$stats" 'd["async_promoted"]')
-    left=$(field "$stats" 'd["cache_pages_inflight"]')
-    [ "$left" = 0 ] || echo "warning: $cfg left $left pages in flight at exit" >&2
-  fi
-  printf '%-16s %10.2f %10.2f %12.1f %9s %9s %9s\n' "$cfg" "$p50" "${p99[$cfg]}" "${seq[$cfg]}" "$sk" "$dl" "$pr"
+printf '%-7s %-8s %9s %9s %9s %8s %8s %6s %8s\n' backend config "rand p50" "rand p99" "seq MB/s" skipped held slots "qdel us"
+declare -A p99 seq p50s p99s seqs extra
+for be in $BACKENDS; do
+  case "$be" in
+    t[0-9]*) bargs=(-t "${be#t}" --filter=delay pattern 8G rdelay="$RDELAY") ;;
+    rate) bargs=(-t 16 --filter=rate --filter=delay pattern 8G rdelay="$RDELAY" rate="$RATE") ;;
+    *) bench_die "unknown backend $be" ;;
+  esac
+  for ((rep = 1; rep <= REPEAT; rep++)); do
+  for cfg in $CONFIGS; do
+    bench_start back "${bargs[@]}" || bench_die "backend failed"
+    stats=
+    # shellcheck disable=SC2086
+    if [ "$cfg" != plain ]; then
+      stats=$bench_tmpdir/ra.json
+      rm -f "$stats"
+      bench_start front ${front[$cfg]} nbd socket="$(bench_sock back)" \
+        ${params[$cfg]} $RA_CACHE_ARGS ra-cache-stats="$stats" || bench_die "front failed"
+    else
+      bench_start front nbd socket="$(bench_sock back)" || bench_die "front failed"
+    fi
+    uri=$(bench_uri front)
+    timeout $((DURATION + 60)) "$bench" --json -u "$uri" -p seq -s 64K -d 1 -t "$DURATION" \
+      > "$bench_tmpdir/seq.json" &
+    spid=$!
+    timeout $((DURATION + 60)) "$bench" --json -u "$uri" -p random -s 4K -d "$RANDOM_DEPTH" \
+      -t "$DURATION" --seed 7 > "$bench_tmpdir/rand.json" &
+    rpid=$!
+    wait "$spid" || bench_die "$be $cfg: sequential reader failed"
+    wait "$rpid" || bench_die "$be $cfg: random reader failed"
+    bench_stop front
+    bench_stop back
+    p50=$(field "$bench_tmpdir/rand.json" 'd["latency_ms"]["p50"]')
+    r99=$(field "$bench_tmpdir/rand.json" 'd["latency_ms"]["p99"]')
+    rseq=$(field "$bench_tmpdir/seq.json" 'd["mb_per_s"]')
+    p50s[$be.$cfg]+=" $p50"; p99s[$be.$cfg]+=" $r99"; seqs[$be.$cfg]+=" $rseq"
+    sk=- held=- slots=- qd=-
+    if [ -n "$stats" ]; then
+      sk=$(field "$stats" 'd["async_skipped"]')
+      held=$(field "$stats" 'd["async_delayed"] + d.get("async_held", 0)')
+      slots=$(field "$stats" 'd.get("backend_slots", "-")')
+      qd=$(field "$stats" '"%.0f" % d["backend_queue_delay_us"] if "backend_queue_delay_us" in d else "-"')
+      left=$(field "$stats" 'd["cache_pages_inflight"]')
+      [ "$left" = 0 ] || echo "warning: $be $cfg left $left pages in flight at exit" >&2
+    fi
+    extra[$be.$cfg]="$sk $held $slots $qd"
+    [ -z "$RESULTS" ] ||
+      printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$be" "$cfg" "$rep" "$p50" "$r99" \
+        "$rseq" "$sk" "$held" "$slots" "$qd" >> "$RESULTS"
+  done
+  done
+  for cfg in $CONFIGS; do
+    p99[$be.$cfg]=$(median <<<"${p99s[$be.$cfg]}")
+    seq[$be.$cfg]=$(median <<<"${seqs[$be.$cfg]}")
+    read -r sk held slots qd <<<"${extra[$be.$cfg]}"
+    printf '%-7s %-8s %9.2f %9.2f %9.1f %8s %8s %6s %8s\n' "$be" "$cfg" \
+      "$(median <<<"${p50s[$be.$cfg]}")" "${p99[$be.$cfg]}" "${seq[$be.$cfg]}" \
+      "$sk" "$held" "$slots" "$qd"
+  done
 done
 echo
-for cfg in ra-skip ra-wait; do
-  $py -c "import sys; a,b,c,d=map(float,sys.argv[2:6]); print('%s: random p99 %.2fx of ra-off; sequential %.2fx of plain' % (sys.argv[1], a/b, c/d))" \
-    "$cfg" "${p99[$cfg]}" "${p99[ra-off]}" "${seq[$cfg]}" "${seq[plain]}"
+for be in $BACKENDS; do
+  for cfg in $CONFIGS; do
+    case "$cfg" in plain|ra-off) continue ;; esac
+    [ -n "${p99[$be.ra-off]:-}" ] && [ -n "${seq[$be.plain]:-}" ] || continue
+    $py -c "import sys; a,b,c,d=map(float,sys.argv[3:7]); print('%-7s %-8s random p99 %.2fx of ra-off; sequential %.2fx of plain' % (sys.argv[1], sys.argv[2], a/b, c/d))" \
+      "$be" "$cfg" "${p99[$be.$cfg]}" "${p99[$be.ra-off]}" "${seq[$be.$cfg]}" "${seq[$be.plain]}"
+  done
 done
-echo "(backend: nbdkit -t $BACKEND_THREADS --filter=delay pattern 8G rdelay=$RDELAY;" \
-     "readers: ra-bench seq 64K d1 and random 4K d$RANDOM_DEPTH for ${DURATION}s at once)"
+echo "(backends: nbdkit -t N --filter=delay pattern 8G rdelay=$RDELAY; rate: -t 16" \
+     "--filter=rate rate=$RATE; readers: ra-bench seq 64K d1 and random 4K" \
+     "d$RANDOM_DEPTH for ${DURATION}s at once; median of $REPEAT runs)"

@@ -27,6 +27,10 @@
 #   readahead+cache  front with --filter=readahead --filter=cache
 #   ra-cache         front with --filter=FILTER, defaults (plus RA_CACHE_ARGS)
 #   ra-cache-ra0     the same with ra-max=0: the cache without readahead
+#   ra-cache-base    (only if named in CONFIGS) --filter=FILTER_BASE,
+#                    defaults (plus RA_CACHE_ARGS): another build, e.g.
+#                    main's, to measure a change before and after in one
+#                    run, cells alternated
 #   ceiling          rdelay=0, front without a filter: the no-latency limit
 #
 # Figures, of the median run by seconds: seconds; speed-up against plain
@@ -38,6 +42,7 @@
 # Environment (defaults in brackets):
 #   RDELAY [1ms]          backend read delay (not for "ceiling", which is 0)
 #   FILTER [build/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so]
+#   FILTER_BASE []        the filter of ra-cache-base
 #   RA_CACHE_ARGS []      extra ra-cache parameters (both ra-cache rows)
 #   CONFIGS ["plain readahead+cache ra-cache ra-cache-ra0 ceiling"]
 #   REPEAT [3]            runs per configuration, alternating between them
@@ -64,6 +69,7 @@ top=$(dirname "$here")
 
 : "${RDELAY:=1ms}"
 : "${FILTER:=$top/build/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so}"
+: "${FILTER_BASE:=}"
 : "${RA_CACHE_ARGS:=}"
 : "${CONFIGS:=plain readahead+cache ra-cache ra-cache-ra0 ceiling}"
 : "${REPEAT:=3}"
@@ -102,6 +108,8 @@ fi
 for c in $CONFIGS; do
   case "$c" in
     plain|readahead+cache|ra-cache|ra-cache-ra0|ceiling) ;;
+    ra-cache-base) [ -f "$FILTER_BASE" ] ||
+      bench_die "ra-cache-base needs FILTER_BASE (a built filter .so)" ;;
     *) bench_die "unknown configuration $c" ;;
   esac
 done
@@ -189,6 +197,7 @@ run_once ()
   case "$c" in
     readahead+cache) front=(--filter=readahead --filter=cache) ;;
     ra-cache|ra-cache-ra0) front=(--filter="$FILTER") ;;
+    ra-cache-base) front=(--filter="$FILTER_BASE") ;;
   esac
   front+=(nbd socket="$(bench_sock back)")
   [ "$c" = ra-cache-ra0 ] && front+=(ra-max=0)
@@ -275,6 +284,7 @@ echo "image: $image: qcow2, $IMAGE_SIZE virtual, $(mib "$data_bytes") MiB of dat
 echo "backend: nbdkit -r --filter=stats --filter=delay file IMAGE rdelay=$RDELAY (ceiling: rdelay=0); front: nbdkit [filters] nbd, Unix sockets"
 echo "client: qemu-img convert -f qcow2 -O raw nbd+unix:///?socket=FRONT $OUT_DIR/.../out.raw"
 echo "ra-cache: $FILTER${RA_CACHE_ARGS:+ $RA_CACHE_ARGS}$([ "$have_filter" = no ] && echo ' (NOT BUILT)')"
+[ -n "$FILTER_BASE" ] && echo "ra-cache-base: $FILTER_BASE"
 echo "median of $REPEAT run(s) by seconds, fresh servers each; front CPU s (user + system) and minor faults from the front nbdkit's own rusage"
 echo
 echo "| configuration | front filters | seconds | plain s / s | front CPU s | front minor faults | backend MiB read |"
@@ -282,6 +292,7 @@ echo "|---|---|---:|---:|---:|---:|---:|"
 declare -A fdesc=(
   [plain]="none" [readahead+cache]="readahead, cache" [ra-cache]="ra-cache"
   [ra-cache-ra0]="ra-cache ra-max=0" [ceiling]="none (rdelay=0)"
+  [ra-cache-base]="ra-cache (FILTER_BASE)"
 )
 plain_s=
 [ -n "${med[plain]:-}" ] && read -r plain_s _ <<<"${med[plain]}"

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 
 #include "racache/cache.h"
+#include "racache/congestion.h"
 #include "racache/readahead.h"
 #include "racache/readpath.h"
 
@@ -18,11 +19,14 @@ struct rc_wait {
   int err;                      /* first error, 0 if none */
 };
 
+#define RC_PROMOTE_PENDING 16
+
 struct rc_job {
   struct rc_job *next;
   ra_pgoff start, count;
   bool async;
-  bool delayed;                 /* held back for congestion (counted once) */
+  bool delayed;                 /* held back by the threshold (counted once) */
+  bool held;                    /* held back by the estimate (counted once) */
   struct rc_wait *wait;         /* NULL for async parts */
 };
 
@@ -85,6 +89,12 @@ struct rc_cache {
   pthread_mutex_t model_lock;
   struct ra_model model;
 
+  /* The congestion estimator (src/congestion.c), fed by every backend
+   * read under cong_lock, asked without it (rc_congestion).
+   */
+  pthread_mutex_t cong_lock;
+  struct rc_cong cong;
+
   /* Backend reads running now (by clients or workers), and jobs queued
    * for the workers.  With ra-congestion=skip the congestion rule
    * compares their sum with cfg.congestion_threshold when a window is
@@ -92,6 +102,7 @@ struct rc_cache {
    * while fewer than the threshold are running.
    */
   _Atomic unsigned executing;
+  _Atomic uint64_t executing_bytes; /* their bytes (reads of pages) */
   _Atomic unsigned queued;
   _Atomic unsigned queued_async;
   /* Backend reads a client is waiting for in its own thread (the sync
@@ -107,6 +118,13 @@ struct rc_cache {
   pthread_cond_t qcond;
   struct rc_job *sync_head, **sync_tail;
   struct rc_job *async_head, **async_tail;
+  /* Pages a client began to wait for before their async job was queued
+   * (the window's pages are in flight from submit on, its jobs queued
+   * just after): such a job is queued among the sync jobs, so that no
+   * waiting client depends on speculation being let through.
+   */
+  ra_pgoff promote_pending[RC_PROMOTE_PENDING];
+  unsigned promote_next;
   bool stopping;
   unsigned nworkers;
   pthread_t *workers;
@@ -118,6 +136,10 @@ struct rc_stream {
   struct ra_state ra;
   unsigned owner;               /* owner of its read-ahead pages (1..) */
   struct rc_behind behind;      /* drop-behind (src/readpath.c) */
+  uint64_t bytes_reading;       /* bytes of its client reads in progress */
+  uint64_t depth_bytes;         /* ... at most lately (decays by 1/16 a read) */
+  unsigned nreading;            /* its client reads in progress */
+  unsigned depth_reads16;       /* ... at most lately, times 16 */
 };
 
 /* prefetch.c */
@@ -145,5 +167,12 @@ int rc_wait_for (struct rc_cache *c, void *ctx, struct rc_wait *w);
  * no jobs): the caller drops async parts.
  */
 bool rc_workers_ready (struct rc_cache *c);
+/* THE congestion decision (include/racache/congestion.h) for the
+ * cache's reads now (EARLY: n more reads; WINDOW: the triggering client
+ * keeps n reads of client_bytes in flight).
+ */
+enum rc_cong_answer rc_congestion (struct rc_cache *c,
+                                   enum rc_cong_question q,
+                                   unsigned n, uint64_t client_bytes);
 
 #endif

@@ -13,15 +13,19 @@
  * order: stream lock, then page cache shard locks), never while reading
  * from the backend or waiting for pages.
  *
- * Congestion (ra-congestion=skip, the default; decided by rc_keep_async
- * in src/readpath.c): when a window is
- * submitted while the backend reads running and queued are at or above
- * the congestion threshold, only the sync part is read.  The async
+ * Congestion (the decision is rc_cong_decide, src/congestion.c; with
+ * ra-congestion=skip, the default): when a window is submitted while
+ * the backend reads running and queued are at or above the congestion
+ * threshold, only the sync part is read.  The async
  * part's new pages are removed from the cache again and ra_drop_async
  * shrinks the stream state by them, so the next access misses at start
- * + size and branch B continues the stream.  With ra-congestion=wait the
- * async part is queued instead, and the workers start it once fewer than
- * the threshold of reads are running (src/prefetch.c).  Either way, a
+ * + size and branch B continues the stream.  A queued async part is
+ * started by the workers when the decision lets it: in adaptive mode
+ * while the backend slots the estimator measured leave one free for a
+ * sync read; in kernel mode with ra-congestion=wait once fewer than the
+ * threshold of reads are running (src/prefetch.c).  In adaptive mode a
+ * client whose own reads in flight cover the backend's bandwidth-delay
+ * product gets no window beyond its request at all (trigger).  Either way, a
  * client that needs a page whose async read is still queued promotes
  * that read among the sync jobs: it never waits behind speculation, and
  * the read is issued once.
@@ -58,6 +62,10 @@ rc_cache_new (const struct rc_config *cfg, const struct rc_backend *be,
   rc_engine_params (cfg, nworkers, &c->params);
   ra_model_init (&c->model);
   pthread_mutex_init (&c->model_lock, NULL);
+  rc_cong_init (&c->cong, cfg->congestion_threshold,
+                cfg->mode == RA_MODE_ADAPTIVE,
+                cfg->congestion == RC_CONGESTION_WAIT);
+  pthread_mutex_init (&c->cong_lock, NULL);
   pthread_mutex_init (&c->size_lock, NULL);
   pthread_mutex_init (&c->bounce_lock, NULL);
   pthread_mutex_init (&c->qlock, NULL);
@@ -91,6 +99,7 @@ rc_cache_free (struct rc_cache *c)
   pthread_mutex_destroy (&c->bounce_lock);
   pthread_mutex_destroy (&c->size_lock);
   pthread_mutex_destroy (&c->model_lock);
+  pthread_mutex_destroy (&c->cong_lock);
   pthread_mutex_destroy (&c->qlock);
   pthread_cond_destroy (&c->qcond);
   free (c);
@@ -175,6 +184,8 @@ rc_stream_new (void)
   pthread_mutex_init (&s->lock, NULL);
   ra_state_init (&s->ra);
   rc_behind_init (&s->behind);
+  s->bytes_reading = s->depth_bytes = 0;
+  s->nreading = s->depth_reads16 = 0;
   /* Owners 1 .. RC_PC_OWNERS - 1, reused after that many streams: a
    * reused number may hand a new stream an old one's waste once.
    */
@@ -291,7 +302,6 @@ submit_window (struct rc_cache *c, struct ra_state *ra,
                const struct ra_window *w, ra_pgoff last, struct batches *bs)
 {
   struct ra_submit_result res;
-  struct rc_congestion cg;
 
   if (w->size == 0)
     return;
@@ -301,11 +311,9 @@ submit_window (struct rc_cache *c, struct ra_state *ra,
   ra_submit (w, c->params.io_max, &submit_ops, bs, &res);
   if (!ra || res.async_pages == 0)
     return;
-  cg.policy = c->cfg.congestion;
-  cg.inflight = rc_cache_inflight (c);
-  cg.threshold = c->cfg.congestion_threshold;
   /* No background connection open: nobody would read the async part. */
-  if (!rc_keep_async (&cg) || !rc_workers_ready (c)) {
+  if (rc_congestion (c, RC_CONG_KEEP, 0, 0) != RC_CONG_GO ||
+      !rc_workers_ready (c)) {
     ra_pgoff dropped = rc_drop_async_batches (ra, w, last, bs->b, &bs->n,
                                               abandon_pages, c->pc);
 
@@ -441,18 +449,31 @@ trigger (struct rc_cache *c, struct rc_stream *s, void *ctx,
   struct batches bs;
   struct ra_window w;
   struct ra_inputs in, *inp = NULL;
+  const struct ra_params *p = &c->params;
+  struct ra_params request_only;
   int r;
 
   batches_init (&bs, c, false);
   bs.owner = s->owner;
   ACQUIRE_LOCK (&s->lock);
-  if (c->params.mode == RA_MODE_ADAPTIVE) {
+  /* A client whose own reads keep the backend busy (several reads, as
+   * many bytes as the BDP and half of ra-max) reads just its request:
+   * readahead would only compete with its reads.
+   */
+  if (rc_congestion (c, RC_CONG_WINDOW, s->depth_reads16 / 16,
+                     s->depth_bytes) == RC_CONG_COVERED) {
+    request_only = c->params;
+    request_only.ra_max = 0;
+    p = &request_only;
+    STAT_ADD (&c->stats, async_covered, 1);
+  }
+  if (p->mode == RA_MODE_ADAPTIVE && p->ra_max > 0) {
     adaptive_inputs (c, s, &in);
     inp = &in;
     if (in.wasted > 0)
       STAT_ADD (&c->stats, adapt_waste_events, 1);
   }
-  rc_read_decide (&s->ra, &c->params, &rc_pc_query_ops, c->pc, rd,
+  rc_read_decide (&s->ra, p, &rc_pc_query_ops, c->pc, rd,
                   index, marker, last, inp, &w);
   if (inp)
     atomic_store_explicit (&c->stats.adapt_cap_pages, s->ra.ad.cap,
@@ -481,8 +502,7 @@ late (struct rc_cache *c, struct rc_stream *s, void *ctx, ra_pgoff index)
   reads = (s->ra.ad.cap + c->params.io_max - 1) / c->params.io_max;
   RELEASE_LOCK (&s->lock);
   if (m != RA_NO_MARKER &&
-      rc_early_trigger_ok (rc_cache_inflight (c), (unsigned) reads,
-                           c->cfg.congestion_threshold) &&
+      rc_congestion (c, RC_CONG_EARLY, reads, 0) == RC_CONG_GO &&
       rc_pc_take_marker (c->pc, m)) {
     STAT_ADD (&c->stats, adapt_early_triggers, 1);
     trigger (c, s, ctx, m, true, m + 1, NULL, NULL, &ignored);
@@ -596,6 +616,19 @@ rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
   cr.again_page = s->ra.prev_pos > 0 ? (s->ra.prev_pos - 1) >> shift
     : RA_NO_MARKER;
   slot = rc_behind_start (&s->behind, offset >> shift);
+  s->bytes_reading += count;
+  s->nreading++;
+  /* The depth the client keeps: the most it had in flight lately (the
+   * reads of one burst arrive one by one), decaying by 1/16 a read.
+   */
+  if (s->bytes_reading >= s->depth_bytes)
+    s->depth_bytes = s->bytes_reading;
+  else
+    s->depth_bytes -= (s->depth_bytes - s->bytes_reading) / 16;
+  if (s->nreading * 16 >= s->depth_reads16)
+    s->depth_reads16 = s->nreading * 16;
+  else
+    s->depth_reads16 -= (s->depth_reads16 - s->nreading * 16) / 16;
   RELEASE_LOCK (&s->lock);
 
   r = rc_read_path (&client_read_ops, &cr, &c->stats, shift, &rd, err);
@@ -603,6 +636,8 @@ rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
   ACQUIRE_LOCK (&s->lock);
   if (r == 0)
     ra_update_prev_pos (&s->ra, end);
+  s->bytes_reading -= count;
+  s->nreading--;
   /* Drop-behind (include/racache/pagecache.h): the pages the stream
    * gives back behind it now.
    */

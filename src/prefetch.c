@@ -16,9 +16,15 @@
  *
  * In-flight accounting: executing counts backend reads running now (a
  * client's own and the workers'), queued the jobs waiting for a worker.
- * With ra-congestion=wait a worker holds an async job back while
- * executing is at the congestion threshold (counted once per job as
- * "delayed"); sync jobs always start.
+ * Every backend read of pages, when it completes, is a sample for the
+ * congestion estimator (src/congestion.c): its latency, its size and
+ * the reads running when it started.  A worker starts an async job only
+ * when rc_cong_decide says so: never while a client's own sync read
+ * runs; in adaptive mode only while the estimated backend slots leave
+ * one free for the next sync read (counted once per job as "held"); in
+ * kernel mode with ra-congestion=wait only below the congestion
+ * threshold (counted once per job as "delayed").  Sync jobs always
+ * start.
  */
 
 #include <config.h>
@@ -110,14 +116,12 @@ inflight_add (struct rc_cache *c)
   stat_max (&c->stats.inflight_high_water, n);
 }
 
-/* A backend read finished: with ra-congestion=wait, a held-back async
- * job may start now.
- */
+/* A backend read finished: a held-back async job may start now. */
 static void
 inflight_done (struct rc_cache *c)
 {
   atomic_fetch_sub (&c->executing, 1);
-  if (c->cfg.congestion == RC_CONGESTION_WAIT &&
+  if ((c->cong.learn || c->cfg.congestion == RC_CONGESTION_WAIT) &&
       atomic_load (&c->queued_async) > 0) {
     ACQUIRE_LOCK (&c->qlock);
     RELEASE_LOCK (&c->qlock);
@@ -146,13 +150,41 @@ rc_backend_read_bytes (struct rc_cache *c, void *ctx, void *buf,
 static char *bounce_take (struct rc_cache *c);
 static void bounce_put (struct rc_cache *c, char *b);
 
+static uint64_t
+now_ns (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return (uint64_t) ts.tv_sec * 1000000000 + (uint64_t) ts.tv_nsec;
+}
+
+/* A backend read of len bytes ran from t0 to t1 with inflight reads
+ * of inflight_bytes running at its start (itself included): a sample
+ * for the estimator.
+ */
+static void
+cong_sample (struct rc_cache *c, uint64_t t0, uint64_t t1, uint64_t len,
+             unsigned inflight, uint64_t inflight_bytes, bool sync)
+{
+  struct rc_cong_sample cs = {
+    .start_ns = t0, .end_ns = t1, .bytes = len, .inflight = inflight,
+    .inflight_bytes = inflight_bytes, .sync = sync,
+  };
+
+  ACQUIRE_LOCK (&c->cong_lock);
+  rc_cong_sample (&c->cong, &cs);
+  RELEASE_LOCK (&c->cong_lock);
+}
+
 /* Read the in-flight pages [start, start + count) into buf and complete
- * them (used: buf is a client's, who has read them).  The caller has
- * already counted this read with inflight_add.
+ * them (used: buf is a client's, who has read them; sync: a client waits
+ * for them).  The caller has already counted this read with
+ * inflight_add.
  */
 static int
 read_pages_used (struct rc_cache *c, void *ctx, ra_pgoff start,
-                 ra_pgoff count, char *buf, bool used, int *err)
+                 ra_pgoff count, char *buf, bool used, bool sync, int *err)
 {
   unsigned shift = c->params.page_shift;
   uint64_t offset = start << shift;
@@ -165,20 +197,21 @@ read_pages_used (struct rc_cache *c, void *ctx, ra_pgoff start,
   else if (len > c->params.export_size - offset)
     len = c->params.export_size - offset;
   if (len > 0) {
-    struct timespec t0, t1;
-    bool timed = c->params.mode == RA_MODE_ADAPTIVE;
+    unsigned inflight = atomic_load (&c->executing);
+    uint64_t ibytes = atomic_fetch_add (&c->executing_bytes, len) + len;
+    uint64_t t0 = now_ns (), t1;
 
-    if (timed)
-      clock_gettime (CLOCK_MONOTONIC, &t0);
     r = rc_backend_read_bytes (c, ctx, buf, len, offset, err);
-    /* Adaptive mode: the backend model learns from every read. */
-    if (timed && r == 0) {
-      clock_gettime (CLOCK_MONOTONIC, &t1);
-      ACQUIRE_LOCK (&c->model_lock);
-      ra_model_sample (&c->model, count,
-                       (uint64_t) (t1.tv_sec - t0.tv_sec) * 1000000000
-                       + (uint64_t) t1.tv_nsec - (uint64_t) t0.tv_nsec);
-      RELEASE_LOCK (&c->model_lock);
+    atomic_fetch_sub (&c->executing_bytes, len);
+    if (r == 0) {
+      t1 = now_ns ();
+      cong_sample (c, t0, t1, len, inflight, ibytes, sync);
+      /* Adaptive mode: the backend model learns from every read. */
+      if (c->params.mode == RA_MODE_ADAPTIVE) {
+        ACQUIRE_LOCK (&c->model_lock);
+        ra_model_sample (&c->model, count, t1 - t0);
+        RELEASE_LOCK (&c->model_lock);
+      }
     }
   }
   if (used && r == 0)
@@ -195,7 +228,7 @@ read_pages_used (struct rc_cache *c, void *ctx, ra_pgoff start,
  */
 static int
 read_pages (struct rc_cache *c, void *ctx, ra_pgoff start, ra_pgoff count,
-            char *buf, int *err)
+            char *buf, bool sync, int *err)
 {
   char *run = rc_pc_run_data (c->pc, start, count);
   char *bounce = NULL;
@@ -214,7 +247,7 @@ read_pages (struct rc_cache *c, void *ctx, ra_pgoff start, ra_pgoff count,
       return -1;
     }
   }
-  r = read_pages_used (c, ctx, start, count, buf, false, err);
+  r = read_pages_used (c, ctx, start, count, buf, false, sync, err);
   if (bounce)
     bounce_put (c, bounce);
   return r;
@@ -227,10 +260,18 @@ int
 rc_backend_read_direct (struct rc_cache *c, void *ctx, void *buf,
                         uint32_t count, uint64_t offset, int *err)
 {
+  unsigned inflight;
+  uint64_t t0, ibytes;
   int r;
 
   inflight_add (c);
+  inflight = atomic_load (&c->executing);
+  ibytes = atomic_fetch_add (&c->executing_bytes, count) + count;
+  t0 = now_ns ();
   r = rc_backend_read_bytes (c, ctx, buf, count, offset, err);
+  atomic_fetch_sub (&c->executing_bytes, count);
+  if (r == 0)
+    cong_sample (c, t0, now_ns (), count, inflight, ibytes, true);
   inflight_done (c);
   return r;
 }
@@ -298,7 +339,7 @@ rc_backend_read_pages (struct rc_cache *c, void *ctx, ra_pgoff start,
 
   sync_read_start (c);
   inflight_add (c);
-  r = read_pages (c, ctx, start, count, NULL, err);
+  r = read_pages (c, ctx, start, count, NULL, true, err);
   sync_read_end (c);
   return r;
 }
@@ -312,9 +353,28 @@ rc_backend_read_pages_to (struct rc_cache *c, void *ctx, ra_pgoff start,
   STAT_ADD (&c->stats, backend_reads_in_place, 1);
   sync_read_start (c);
   inflight_add (c);
-  r = read_pages_used (c, ctx, start, count, dst, true, err);
+  r = read_pages_used (c, ctx, start, count, dst, true, true, err);
   sync_read_end (c);
   return r;
+}
+
+/* Does a client wait for a page of [start, start + count) whose job
+ * was not queued yet (rc_promote)?  Takes the entry.  Called with
+ * c->qlock held.
+ */
+static bool
+promote_pending (struct rc_cache *c, ra_pgoff start, ra_pgoff count)
+{
+  unsigned i;
+
+  for (i = 0; i < RC_PROMOTE_PENDING; i++)
+    if (c->promote_pending[i] != RA_NO_MARKER &&
+        c->promote_pending[i] >= start &&
+        c->promote_pending[i] < start + count) {
+      c->promote_pending[i] = RA_NO_MARKER;
+      return true;
+    }
+  return false;
 }
 
 void
@@ -338,6 +398,7 @@ rc_queue_job (struct rc_cache *c, ra_pgoff start, ra_pgoff count,
   j->async = async;
   j->wait = wait;
   j->delayed = false;
+  j->held = false;
   if (wait)
     wait_add (wait);
 
@@ -359,6 +420,10 @@ rc_queue_job (struct rc_cache *c, ra_pgoff start, ra_pgoff count,
     return;
   }
   atomic_fetch_add (&c->queued, 1);
+  if (async && promote_pending (c, start, count)) {
+    STAT_ADD (&c->stats, async_promoted, 1);
+    async = false;              /* a client waits for it already */
+  }
   if (async) {
     atomic_fetch_add (&c->queued_async, 1);
     *c->async_tail = j;
@@ -373,9 +438,8 @@ rc_queue_job (struct rc_cache *c, ra_pgoff start, ra_pgoff count,
 }
 
 /* The next job a worker may start: a sync job if any; else an async
- * job, unless ra-congestion=wait holds it back while the threshold of
- * reads is running (all = true ignores that, for shutdown).  Called with
- * c->qlock held.
+ * job, if the congestion decision lets it start now (all = true ignores
+ * that, for shutdown).  Called with c->qlock held.
  */
 static struct rc_job *
 dequeue (struct rc_cache *c, bool all)
@@ -388,13 +452,22 @@ dequeue (struct rc_cache *c, bool all)
       c->sync_tail = &c->sync_head;
   }
   else if ((j = c->async_head) != NULL) {
-    if (!all && atomic_load (&c->sync_reading) > 0)
+    switch (all ? RC_CONG_GO : rc_congestion (c, RC_CONG_ISSUE, 0, 0)) {
+    case RC_CONG_GO:
+    case RC_CONG_COVERED:
+      break;
+    case RC_CONG_HOLD_SYNC:
       return NULL;              /* a client waits: speculation waits */
-    if (!all && c->cfg.congestion == RC_CONGESTION_WAIT &&
-        atomic_load (&c->executing) >= c->cfg.congestion_threshold) {
+    case RC_CONG_HOLD_LIMIT:
       if (!j->delayed) {
         j->delayed = true;
         STAT_ADD (&c->stats, async_delayed, 1);
+      }
+      return NULL;
+    case RC_CONG_HOLD_ESTIMATE:
+      if (!j->held) {
+        j->held = true;
+        STAT_ADD (&c->stats, async_held, 1);
       }
       return NULL;
     }
@@ -418,8 +491,6 @@ rc_promote (struct rc_cache *c, ra_pgoff index)
 {
   struct rc_job **pj, *j;
 
-  if (atomic_load (&c->queued_async) == 0)
-    return;
   ACQUIRE_LOCK (&c->qlock);
   for (pj = &c->async_head; (j = *pj) != NULL; pj = &j->next) {
     if (index >= j->start && index < j->start + j->count) {
@@ -433,6 +504,13 @@ rc_promote (struct rc_cache *c, ra_pgoff index)
       STAT_ADD (&c->stats, async_promoted, 1);
       break;
     }
+  }
+  /* Not queued: its job may be about to be (or it is running, or
+   * done: then the entry is stale and harmless).
+   */
+  if (!j) {
+    c->promote_pending[c->promote_next] = index;
+    c->promote_next = (c->promote_next + 1) % RC_PROMOTE_PENDING;
   }
   RELEASE_LOCK (&c->qlock);
   if (j)
@@ -697,7 +775,7 @@ worker_main (void *arg)
     RELEASE_LOCK (&c->qlock);
 
     inflight_add (c);
-    r = read_pages (c, conn->ctx, j->start, j->count, NULL, &err);
+    r = read_pages (c, conn->ctx, j->start, j->count, NULL, !j->async, &err);
     finish_job (c, j, r, err);
 
     ACQUIRE_LOCK (&c->qlock);
@@ -896,6 +974,29 @@ connector_main (void *arg)
   return NULL;
 }
 
+enum rc_cong_answer
+rc_congestion (struct rc_cache *c, enum rc_cong_question q,
+               unsigned n, uint64_t client_bytes)
+{
+  struct rc_cong_load l = {
+    .executing = atomic_load (&c->executing),
+    .queued = atomic_load (&c->queued),
+    .sync_active = atomic_load (&c->sync_reading),
+    .new_reads = q == RC_CONG_EARLY ? n : 0,
+    .client_reads = q == RC_CONG_WINDOW ? n : 0,
+    .client_bytes = client_bytes,
+    .window_bytes = c->cfg.ra_max / 2,
+  };
+
+  return rc_cong_decide (&c->cong, q, &l);
+}
+
+void
+rc_cache_congestion (struct rc_cache *c, struct rc_cong_estimate *out)
+{
+  rc_cong_get (&c->cong, out);
+}
+
 bool
 rc_workers_ready (struct rc_cache *c)
 {
@@ -1069,6 +1170,8 @@ rc_workers_start (struct rc_cache *c, unsigned n)
   unsigned i;
   int e;
 
+  for (i = 0; i < RC_PROMOTE_PENDING; i++)
+    c->promote_pending[i] = RA_NO_MARKER;
   c->workers = calloc (n, sizeof *c->workers);
   if (!c->workers)
     return -1;

@@ -186,19 +186,6 @@ rc_behind_end (struct rc_behind *bh, int slot, ra_pgoff first, ra_pgoff end,
   return from;
 }
 
-bool
-rc_keep_async (const struct rc_congestion *cg)
-{
-  return !(cg->policy == RC_CONGESTION_SKIP &&
-           cg->inflight >= cg->threshold);
-}
-
-bool
-rc_early_trigger_ok (unsigned inflight, unsigned reads, unsigned threshold)
-{
-  return inflight + reads < threshold;
-}
-
 ra_pgoff
 rc_drop_async_batches (struct ra_state *ra, const struct ra_window *w,
                        ra_pgoff last, struct rc_batch *b, unsigned *n,

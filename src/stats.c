@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "racache/congestion.h"
 #include "racache/stats-server.h"
 
 /* When the cache was started, for uptime_seconds. */
@@ -40,6 +41,7 @@ struct snap {
   struct rc_pc_counts pc;
   uint64_t psize;
   double lat_ns, page_ns, uptime;
+  struct rc_cong_estimate cong;
 };
 
 static void
@@ -78,6 +80,7 @@ take_snap (struct rc_cache *c, struct snap *s)
   copy_counters (&s->st, rc_cache_stats (c));
   rc_pc_counts (rc_cache_pagecache (c), &s->pc);
   rc_cache_model (c, &s->lat_ns, &s->page_ns);
+  rc_cache_congestion (c, &s->cong);
   s->psize = rc_pc_page_size (rc_cache_pagecache (c));
   clock_gettime (CLOCK_MONOTONIC, &now);
   s->uptime = started.tv_sec == 0 ? 0.0

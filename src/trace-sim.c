@@ -85,6 +85,8 @@ sim_init (struct sim *s, const struct rc_config *cfg,
   s->capacity = rc_pc_capacity (s->pc);
   s->quiet = quiet;
   s->congestion_threshold = cfg->congestion_threshold;
+  rc_cong_init (&s->cong, cfg->congestion_threshold, false,
+                cfg->congestion == RC_CONGESTION_WAIT);
   s->again_page = RA_NO_MARKER;
   ra_model_init (&s->model);
 }
@@ -373,7 +375,7 @@ trigger (struct sim *s, struct ra_state *ra, ra_pgoff index, bool marker,
   unsigned b;
 
   struct ra_inputs in;
-  struct rc_congestion cg;
+  struct rc_cong_load load = { .executing = 0 };
 
   if (s->tm.adaptive)
     adaptive_inputs (s, &in);
@@ -385,14 +387,14 @@ trigger (struct sim *s, struct ra_state *ra, ra_pgoff index, bool marker,
   s->cur_near = w.branch == RA_N_NEAR;
   if (w.size > 0)
     ra_submit (&w, s->p.io_max, &submit_ops, s, &res);
-  /* The filter's congestion rule (src/readpath.c): only speculation
-   * past the request is dropped.  (An instant backend has nothing in
-   * flight.)
+  /* The filter's congestion decision (rc_cong_decide, src/congestion.c,
+   * with its fixed threshold: ra-trace does not simulate the estimator):
+   * only speculation past the request is dropped.  (An instant backend
+   * has nothing in flight.)
    */
-  cg.policy = s->cfg.congestion;
-  cg.inflight = (unsigned) inflight (s);
-  cg.threshold = s->congestion_threshold;
-  if (s->timed && res.async_pages > 0 && !rc_keep_async (&cg)) {
+  load.executing = (unsigned) inflight (s);
+  if (s->timed && res.async_pages > 0 &&
+      rc_cong_decide (&s->cong, RC_CONG_KEEP, &load) != RC_CONG_GO) {
     dropped = rc_drop_async_batches (ra, &w, last, s->batches, &s->nbatches,
                                      drop_pages, s);
     if (dropped > 0) {
@@ -454,11 +456,13 @@ late (struct sim *s, struct ra_state *ra, ra_pgoff index)
 {
   ra_pgoff m = ra_late (ra, &s->p, index);
   uint64_t reads = (ra->ad.cap + s->p.io_max - 1) / s->p.io_max;
+  struct rc_cong_load load = {
+    .executing = (unsigned) inflight (s), .new_reads = (unsigned) reads,
+  };
 
   STAT_ADD (&s->st, adapt_late, 1);
   if (m == RA_NO_MARKER ||
-      !rc_early_trigger_ok ((unsigned) inflight (s), (unsigned) reads,
-                            s->congestion_threshold))
+      rc_cong_decide (&s->cong, RC_CONG_EARLY, &load) != RC_CONG_GO)
     return;
   if (!rc_pc_take_marker (s->pc, m))
     return;

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "racache/config.h"
+#include "racache/congestion.h"
 #include "racache/readahead.h"
 #include "racache/readpath.h"
 #include "racache/stats.h"
@@ -82,6 +83,8 @@ struct sim {
   bool timed;                   /* a latency or a bandwidth limit */
   bool extended;                /* print the timing columns and lines */
   unsigned congestion_threshold;
+  struct rc_cong cong;          /* the filter's congestion decision, with
+                                 * the fixed threshold (no estimator) */
   uint64_t now;                 /* the clock, ns */
   uint64_t *slot_free;          /* tm.parallel: when each slot is free */
   uint64_t link_free;           /* when the link is free */

@@ -117,6 +117,9 @@ unsigned rc_cache_inflight (struct rc_cache *c);
  * was measured (kernel mode measures none).
  */
 bool rc_cache_model (struct rc_cache *c, double *lat_ns, double *page_ns);
+/* The congestion estimate (include/racache/congestion.h). */
+struct rc_cong_estimate;
+void rc_cache_congestion (struct rc_cache *c, struct rc_cong_estimate *out);
 /* The configuration in use (ra-mode and the rest). */
 const struct rc_config *rc_cache_config (struct rc_cache *c);
 

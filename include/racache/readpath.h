@@ -15,8 +15,9 @@
  * (tests/unit/test-readahead.c).  The same way, the steps every trigger
  * takes are here once: the decision (rc_read_decide: prev_pos and
  * req_count as the kernel has them, then ra_ondemand_at), the
- * congestion rule (rc_keep_async, rc_drop_async_batches) and the
- * engine parameters derived from a configuration (rc_engine_params).
+ * congestion rule (rc_cong_decide in src/congestion.c, then
+ * rc_drop_async_batches) and the engine parameters derived from a
+ * configuration (rc_engine_params).
  */
 #ifndef RACACHE_READPATH_H
 #define RACACHE_READPATH_H
@@ -158,28 +159,12 @@ ra_pgoff rc_behind_end (struct rc_behind *bh, int slot, ra_pgoff first,
 
 /* ---- congestion ------------------------------------------------------- */
 
-/* What the congestion decision sees when a window's async part is
- * submitted.
+/* The congestion decision, whether a window keeps its async part
+ * (RC_CONG_KEEP) and whether an early async trigger is taken
+ * (RC_CONG_EARLY), is rc_cong_decide in racache/congestion.h: the filter
+ * (src/cache.c, src/prefetch.c) and ra-trace (src/trace-sim.c) both ask
+ * it.  rc_drop_async_batches below is what a "no" does.
  */
-struct rc_congestion {
-  unsigned policy;              /* enum rc_congestion_policy */
-  unsigned inflight;            /* backend reads running and queued now */
-  unsigned threshold;           /* ra-congestion-threshold */
-};
-
-/* The congestion rule, the one place that decides it: may a window's
- * async part be read now (true), or is it dropped (false)?  With
- * ra-congestion=skip it is dropped at threshold reads in flight; with
- * wait it is kept (the workers hold it back).
- */
-bool rc_keep_async (const struct rc_congestion *cg);
-
-/* May adaptive mode's early async trigger (after late feedback) issue
- * reads more (its window's reads) now?  Not when they would reach the
- * threshold: its async part would be skipped.
- */
-bool rc_early_trigger_ok (unsigned inflight, unsigned reads,
-                          unsigned threshold);
 
 /* A backend read of a submitted window, before it is issued. */
 struct rc_batch {

@@ -153,7 +153,21 @@
   X (GAUGE, backend_latency_us, RC_CACHE (s->lat_ns / 1000), 1, 0,      \
      "Modelled backend latency per read, microseconds.")                \
   X (GAUGE, backend_page_us, RC_CACHE (s->page_ns / 1000), 3, 0,        \
-     "Modelled backend transfer time per page, microseconds.")
+     "Modelled backend transfer time per page, microseconds.")          \
+  X (GAUGE, backend_slots, RC_CACHE (s->cong.slots), -1, 0,             \
+     "Backend reads served at once without queueing (estimate).")       \
+  X (GAUGE, backend_queue_delay_us,                                     \
+     RC_CACHE (s->cong.queue_delay_ns / 1000.0), 1, 0,                  \
+     "Smoothed queueing delay of sync reads, microseconds.")            \
+  X (GAUGE, backend_base_latency_us,                                    \
+     RC_CACHE (s->cong.base_latency_ns / 1000.0), 1, 0,                 \
+     "Smallest recent backend read latency, microseconds.")             \
+  X (GAUGE, backend_bdp_bytes, RC_CACHE (s->cong.bdp_bytes), -1, 0,     \
+     "Backend bandwidth-delay product (estimate), bytes.")              \
+  X (COUNTER, async_held, RC_FIELD (async_held), -1, 0,                 \
+     "Async reads the congestion estimate held back.")                  \
+  X (COUNTER, async_covered, RC_FIELD (async_covered), -1, 0,           \
+     "Async parts dropped: the client's reads cover the BDP.")
 
 /* The counters: the members the table's RC_FIELD, RC_PAGES and
  * RC_BRANCHES sources name.

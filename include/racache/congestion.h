@@ -1,0 +1,150 @@
+/* ra-cache: the congestion estimator and THE congestion decision.
+ *
+ * Pure logic: no threads, no nbdkit, no I/O.  The caller feeds it one
+ * sample per completed backend read (rc_cong_sample, serialized by the
+ * caller) and asks rc_cong_decide, which reads only the published
+ * estimate (atomics), from any thread without a lock.
+ *
+ * What it learns (in the manner of TCP Vegas and BBR, which tell a full
+ * queue from a long path by the latency of each packet against what is
+ * in flight):
+ *
+ *  - base latency: per size class of read (powers of two from 4 KiB),
+ *    the smallest latency seen in the last 5-10 s: what a read of that
+ *    size costs when it queues behind nothing;
+ *  - slots: how many reads the backend serves at once without queueing,
+ *    as the reads clients wait for (sync reads) pay for it.  Every sync
+ *    read had k reads in flight (itself included) when it was issued
+ *    and took r times its base latency; r is smoothed per level k.  The
+ *    smoothed r of sync reads that ran alone is the noise floor (a
+ *    loaded machine's latency varies without any queueing; 1 until such
+ *    a read is seen, at most 2).  A level whose r is more than 1.25
+ *    times the floor queued, and the slots are one below the lowest such
+ *    level.  With none: the limit (the fixed ra-congestion-threshold)
+ *    until some level has queued, then one above the highest level seen
+ *    (probing).  A level's figure counts after 4 reads and its count
+ *    halves every epoch (5 s), so what is not seen again is forgotten.
+ *    Async reads that slow down under load keep nobody waiting: a lone
+ *    stream's read-ahead may use the limit;
+ *  - queueing delay: the smoothed latency above base of the clients'
+ *    own (sync) reads: what speculation costs them;
+ *  - bandwidth-delay product: the largest delivery rate seen (the bytes
+ *    in flight when a read was issued, delivered in its latency: Little's
+ *    law) times the smallest base latency.
+ *
+ * The decision (rc_cong_decide) answers these questions about
+ * speculation (async reads; a client's sync reads are never held back):
+ *
+ *  - RC_CONG_ISSUE: may a worker start a queued async read now?  Never
+ *    while a client's own sync read runs.  With learning, only while the
+ *    reads running leave, after it, one of the estimated slots free for
+ *    the next sync read (or none run at all).  With ra-congestion=wait
+ *    (either mode), only below the fixed threshold (HOLD_LIMIT).
+ *  - RC_CONG_WINDOW: may a client's trigger have a window beyond its
+ *    request at all?  With learning, not when the client keeps several
+ *    reads in flight whose bytes already cover the backend's
+ *    bandwidth-delay product (when known) and half the largest window
+ *    (ra-max / 2, window_bytes): its async part would only share the
+ *    backend with them (COVERED).  Such a
+ *    client (qemu-img convert: 8 reads of 2 MiB) keeps the pipe full by
+ *    itself; a client of one read at a time never does.
+ *  - RC_CONG_KEEP / RC_CONG_EARLY: may a window just decided keep its
+ *    async part (KEEP, at submit; with ra-congestion=skip the fixed
+ *    threshold of reads running and queued drops it, as the kernel's
+ *    FUSE rule does), or may an early window be started at all (EARLY:
+ *    not when its reads would reach the threshold)?  The same in both
+ *    modes.
+ */
+#ifndef RACACHE_CONGESTION_H
+#define RACACHE_CONGESTION_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define RC_CONG_CLASSES 12      /* 4 KiB, 8 KiB, ... 8 MiB and larger */
+#define RC_CONG_LEVELS 65       /* reads in flight 1 .. 64 and more */
+
+struct rc_cong {
+  /* Configuration (rc_cong_init). */
+  unsigned limit;               /* the fixed threshold: an upper bound */
+  bool learn;                   /* false: the fixed rule alone */
+  bool wait;                    /* ra-congestion=wait (else skip) */
+
+  /* State, updated by rc_cong_sample under the caller's lock. */
+  uint64_t epoch_ns;            /* start of the current epoch */
+  uint64_t base_cur[RC_CONG_CLASSES], base_prev[RC_CONG_CLASSES];
+  double rate_cur, rate_prev;   /* delivery rate, bytes per ns: maxima */
+  double level_ratio[RC_CONG_LEVELS]; /* smoothed latency / base, by k */
+  uint32_t level_n[RC_CONG_LEVELS];   /* samples behind it (halved each epoch) */
+  bool congested_seen;          /* a level queued once: probe from then on */
+  double floor_ratio;           /* smoothed r of reads that ran alone */
+  unsigned slots;
+  double qdelay_ns;             /* smoothed, sync reads */
+  uint64_t samples;
+
+  /* Published for rc_cong_decide and the stats (any thread). */
+  _Atomic unsigned slots_now;
+  _Atomic uint64_t qdelay_now_ns;
+  _Atomic uint64_t base_now_ns;  /* smallest base latency of any class */
+  _Atomic uint64_t bdp_now_bytes; /* 0: not known yet */
+};
+
+/* One completed backend read. */
+struct rc_cong_sample {
+  uint64_t start_ns, end_ns;    /* monotonic clock */
+  uint64_t bytes;
+  unsigned inflight;            /* backend reads running when it was
+                                 * issued, itself included ... */
+  uint64_t inflight_bytes;      /* ... and their bytes (0: unknown) */
+  bool sync;                    /* a client waited for it */
+};
+
+/* What is going on when a question is asked. */
+struct rc_cong_load {
+  unsigned executing;           /* backend reads running now */
+  unsigned queued;              /* jobs waiting for a worker */
+  unsigned sync_active;         /* clients' own sync reads running now */
+  unsigned new_reads;           /* EARLY: the reads the window would add */
+  unsigned client_reads;        /* WINDOW: the reads the client keeps in
+                                 * flight ... */
+  uint64_t client_bytes;        /* ... and their bytes */
+  uint64_t window_bytes;        /* WINDOW: half the largest window */
+};
+
+enum rc_cong_question {
+  RC_CONG_ISSUE,                /* a worker would start an async read */
+  RC_CONG_KEEP,                 /* a window keeps its async part */
+  RC_CONG_EARLY,                /* an early async trigger is taken */
+  RC_CONG_WINDOW,               /* a trigger reads beyond its request */
+};
+
+enum rc_cong_answer {
+  RC_CONG_GO = 0,
+  RC_CONG_HOLD_SYNC,            /* a client's own sync read runs */
+  RC_CONG_HOLD_LIMIT,           /* the fixed threshold */
+  RC_CONG_HOLD_ESTIMATE,        /* the learned slots are in use */
+  RC_CONG_COVERED,              /* the client's reads cover the BDP */
+};
+
+/* limit: the fixed threshold (>= 1); learn: use the estimate (adaptive
+ * mode); wait: ra-congestion=wait.
+ */
+void rc_cong_init (struct rc_cong *e, unsigned limit, bool learn, bool wait);
+
+/* Learn from one completed backend read (the caller serializes calls). */
+void rc_cong_sample (struct rc_cong *e, const struct rc_cong_sample *s);
+
+/* THE congestion decision (any thread, no lock). */
+enum rc_cong_answer rc_cong_decide (const struct rc_cong *e,
+                                    enum rc_cong_question q,
+                                    const struct rc_cong_load *l);
+
+/* The published estimate. */
+struct rc_cong_estimate {
+  unsigned slots;
+  uint64_t queue_delay_ns, base_latency_ns, bdp_bytes;
+};
+void rc_cong_get (const struct rc_cong *e, struct rc_cong_estimate *out);
+
+#endif /* RACACHE_CONGESTION_H */

@@ -1,0 +1,398 @@
+/* Unit tests of the congestion estimator and decision (src/congestion.c)
+ * over a scripted fake backend.
+ *
+ * The fake backend is a discrete-event simulation, no threads and no
+ * clock: NSLOTS servers take reads in the order they were issued (a read
+ * waits for the first server free), each read costs its service time
+ * (a fixed latency plus bytes / bandwidth), and optionally all reads
+ * share one link after their latency (a read's bytes wait for the bytes
+ * of the reads before it, as behind nbdkit's rate filter or a saturated
+ * network).  The driver is what
+ * src/prefetch.c does: a client keeps DEPTH sync reads in flight, and
+ * speculation starts async reads whenever rc_cong_decide (RC_CONG_ISSUE)
+ * says GO.  Every completed read is a sample.
+ */
+#include <config.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <check.h>
+
+#include "racache/congestion.h"
+
+#define MS 1000000ull
+#define MAXR 512
+
+struct fread_ {
+  uint64_t issue, end, bytes;
+  unsigned inflight;
+  bool sync;
+};
+
+struct fake {
+  unsigned nslots;
+  uint64_t lat_ns;              /* fixed part of a read */
+  double ns_per_byte;           /* transfer */
+  bool shared;                  /* one link, first come first served */
+  uint64_t slot_free[64];
+  uint64_t link_free;
+  struct fread_ r[MAXR];
+  unsigned n;                   /* in flight */
+  uint64_t now;
+  /* What the driver saw. */
+  unsigned sync_inflight, async_inflight, max_inflight;
+  double sync_lat_sum;
+  unsigned sync_done, async_done;
+  double slots_sum;
+  unsigned slots_n;
+  unsigned holds;
+};
+
+static void
+fake_init (struct fake *f, unsigned nslots, uint64_t lat_ns,
+           double ns_per_byte, bool shared)
+{
+  memset (f, 0, sizeof *f);
+  f->nslots = nslots;
+  f->lat_ns = lat_ns;
+  f->ns_per_byte = ns_per_byte;
+  f->shared = shared;
+}
+
+static void
+fake_issue (struct fake *f, uint64_t bytes, bool sync)
+{
+  unsigned i, best = 0;
+  uint64_t start, svc;
+  struct fread_ *r;
+
+  ck_assert_uint_lt (f->n, MAXR);
+  for (i = 1; i < f->nslots; i++)
+    if (f->slot_free[i] < f->slot_free[best])
+      best = i;
+  start = f->slot_free[best] > f->now ? f->slot_free[best] : f->now;
+  svc = f->lat_ns + (uint64_t) (bytes * f->ns_per_byte);
+  if (f->shared) {              /* the bytes wait for the link */
+    uint64_t at = start + f->lat_ns;
+
+    if (f->link_free > at)
+      at = f->link_free;
+    f->link_free = at + (uint64_t) (bytes * f->ns_per_byte);
+    svc = f->link_free - start;
+  }
+  f->slot_free[best] = start + svc;
+  r = &f->r[f->n++];
+  r->issue = f->now;
+  r->end = start + svc;
+  r->bytes = bytes;
+  r->sync = sync;
+  r->inflight = f->n;
+  if (sync)
+    f->sync_inflight++;
+  else
+    f->async_inflight++;
+  if (f->n > f->max_inflight)
+    f->max_inflight = f->n;
+}
+
+/* Run for `reads` completions: the client keeps depth sync reads of
+ * sync_bytes in flight; speculation issues async reads of async_bytes
+ * while the decision says GO (async_bytes 0: none).
+ */
+static void
+fake_run (struct fake *f, struct rc_cong *e, unsigned reads,
+          unsigned depth, uint64_t sync_bytes, uint64_t async_bytes)
+{
+  unsigned done;
+
+  for (done = 0; done < reads; done++) {
+    struct rc_cong_sample s;
+    unsigned i, first = 0;
+
+    while (f->sync_inflight < depth)
+      fake_issue (f, sync_bytes, true);
+    while (async_bytes > 0) {
+      struct rc_cong_load l = {
+        .executing = f->n, .queued = 1,
+        /* The driver's client sync reads run in other threads: they do
+         * not hold speculation back here (prefetch.c's rule of a sync
+         * read running is tested apart), only the estimate does.
+         */
+        .sync_active = 0,
+      };
+      enum rc_cong_answer a = rc_cong_decide (e, RC_CONG_ISSUE, &l);
+
+      if (a != RC_CONG_GO) {
+        f->holds++;
+        break;
+      }
+      fake_issue (f, async_bytes, false);
+    }
+    ck_assert_uint_gt (f->n, 0);
+    for (i = 1; i < f->n; i++)
+      if (f->r[i].end < f->r[first].end)
+        first = i;
+    f->now = f->r[first].end;
+    s.start_ns = f->r[first].issue;
+    s.end_ns = f->r[first].end;
+    s.bytes = f->r[first].bytes;
+    s.inflight = f->r[first].inflight;
+    s.sync = f->r[first].sync;
+    rc_cong_sample (e, &s);
+    if (s.sync) {
+      f->sync_inflight--;
+      f->sync_done++;
+      f->sync_lat_sum += s.end_ns - s.start_ns;
+    }
+    else {
+      f->async_inflight--;
+      f->async_done++;
+    }
+    f->r[first] = f->r[--f->n];
+    if (done >= reads / 2) {
+      struct rc_cong_estimate est;
+
+      rc_cong_get (e, &est);
+      f->slots_sum += est.slots;
+      f->slots_n++;
+    }
+  }
+}
+
+static double
+mean_slots (const struct fake *f)
+{
+  return f->slots_n ? f->slots_sum / f->slots_n : 0;
+}
+
+/* A backend of N slots with no other cost is found to have about N,
+ * from the latency of a client's sync reads (depth 1) next to
+ * speculation.
+ */
+START_TEST (test_slots_found)
+{
+  static const unsigned ns[] = { 1, 2, 4, 8, 16 };
+  unsigned i;
+
+  for (i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+    struct fake f;
+    struct rc_cong e;
+    double m;
+
+    rc_cong_init (&e, 32, true, false);
+    fake_init (&f, ns[i], 3 * MS, 0, false);
+    fake_run (&f, &e, 4000, 1, 4096, 1 << 20);
+    m = mean_slots (&f);
+    fprintf (stderr, "slots %u: estimate %.2f, most in flight %u\n",
+             ns[i], m, f.max_inflight);
+    /* Within 1.5 or a quarter: a level counts as queued when the sync
+     * reads there are 1.25 times slower than alone, and one more async
+     * read than the backend has slots delays only some of them.
+     */
+    ck_assert_msg (m >= ns[i] - (ns[i] / 4.0 > 1.5 ? ns[i] / 4.0 : 1.5) &&
+                   m <= ns[i] + (ns[i] / 4.0 > 1.5 ? ns[i] / 4.0 : 1.5),
+                   "backend of %u slots estimated %.2f", ns[i], m);
+  }
+}
+END_TEST
+
+/* A backend that slows down under load (every read in flight shares its
+ * link) is found congested: the estimate falls to about one slot, and a
+ * client's sync reads keep close to their latency alone.
+ */
+START_TEST (test_slows_under_load)
+{
+  struct fake f, alone;
+  struct rc_cong e, e0;
+  struct rc_cong_estimate est;
+  double with, without;
+
+  /* 1 ms plus 1 MiB at 1 GB/s, on 16 servers sharing one link: the
+   * servers are not the limit, the link is.
+   */
+  rc_cong_init (&e0, 12, true, false);
+  fake_init (&alone, 16, 1 * MS, 1.0, true);
+  fake_run (&alone, &e0, 2000, 1, 4096, 0);
+  without = alone.sync_lat_sum / alone.sync_done;
+
+  rc_cong_init (&e, 12, true, false);
+  fake_init (&f, 16, 1 * MS, 1.0, true);
+  fake_run (&f, &e, 4000, 1, 4096, 1 << 20);
+  with = f.sync_lat_sum / f.sync_done;
+  rc_cong_get (&e, &est);
+  fprintf (stderr, "shared link: estimate %.2f slots, queueing %.0f us, "
+           "sync latency %.2f ms alone, %.2f ms beside speculation, "
+           "%u holds, %u async reads\n", mean_slots (&f),
+           est.queue_delay_ns / 1e3, without / 1e6, with / 1e6, f.holds,
+           f.async_done);
+  ck_assert_msg (mean_slots (&f) <= 3.0,
+                 "a backend that slows under load estimated %.2f slots",
+                 mean_slots (&f));
+  ck_assert_uint_gt (f.holds, 0);
+  ck_assert_msg (e.congested_seen, "no level queued");
+  ck_assert_msg (with < without * 1.25, "sync latency %.2f ms beside "
+                 "speculation, %.2f ms alone", with / 1e6, without / 1e6);
+  /* The fixed rule alone lets 12 reads share the link: much worse. */
+  {
+    struct fake g;
+    struct rc_cong fixed;
+    double fixed_lat;
+
+    rc_cong_init (&fixed, 12, false, true);
+    fake_init (&g, 16, 1 * MS, 1.0, true);
+    fake_run (&g, &fixed, 4000, 1, 4096, 1 << 20);
+    fixed_lat = g.sync_lat_sum / g.sync_done;
+    fprintf (stderr, "shared link, fixed threshold: sync latency %.2f ms\n",
+             fixed_lat / 1e6);
+    ck_assert_msg (with < fixed_lat,
+                   "learned %.2f ms not below fixed %.2f ms", with / 1e6,
+                   fixed_lat / 1e6);
+  }
+}
+END_TEST
+
+/* A fast backend (many servers, no sharing) is never congested: the
+ * estimate grows to the limit and nothing queues.
+ */
+START_TEST (test_fast_never_congested)
+{
+  struct fake f;
+  struct rc_cong e;
+  struct rc_cong_estimate est;
+
+  rc_cong_init (&e, 9, true, false);
+  fake_init (&f, 64, 3 * MS, 0.001, false);
+  fake_run (&f, &e, 4000, 1, 4096, 1 << 20);
+  rc_cong_get (&e, &est);
+  ck_assert (!e.congested_seen);
+  fprintf (stderr, "fast: estimate %u (mean %.2f), queueing %lu ns\n",
+           est.slots, mean_slots (&f), (unsigned long) est.queue_delay_ns);
+  ck_assert_uint_eq (est.slots, 9);
+  ck_assert_msg (mean_slots (&f) >= 8.5, "mean %.2f", mean_slots (&f));
+  ck_assert_uint_lt (est.queue_delay_ns, 3 * MS / 100);
+}
+END_TEST
+
+/* The decision: the rules that do not depend on the estimate. */
+START_TEST (test_decide_rules)
+{
+  struct rc_cong k, ks, a;
+  struct rc_cong_load l = { 0 };
+  struct rc_cong_sample s = { 0 };
+  unsigned i;
+
+  /* Kernel mode, skip: exactly the old rule, a window keeps its async
+   * part below the threshold, workers start async reads at any count.
+   */
+  rc_cong_init (&ks, 9, false, false);
+  l.executing = 5; l.queued = 3;
+  ck_assert_int_eq (rc_cong_decide (&ks, RC_CONG_KEEP, &l), RC_CONG_GO);
+  l.queued = 4;
+  ck_assert_int_eq (rc_cong_decide (&ks, RC_CONG_KEEP, &l), RC_CONG_HOLD_LIMIT);
+  l.executing = 30;
+  ck_assert_int_eq (rc_cong_decide (&ks, RC_CONG_ISSUE, &l), RC_CONG_GO);
+  l.client_bytes = UINT64_C (1) << 40;  /* no BDP rule in kernel mode */
+  l.executing = 0; l.queued = 0;
+  ck_assert_int_eq (rc_cong_decide (&ks, RC_CONG_KEEP, &l), RC_CONG_GO);
+  ck_assert_int_eq (rc_cong_decide (&ks, RC_CONG_WINDOW, &l), RC_CONG_GO);
+  l.client_bytes = 0;
+  /* Early triggers: not when their reads would reach the threshold. */
+  l.executing = 2; l.queued = 0; l.new_reads = 7;
+  ck_assert_int_eq (rc_cong_decide (&ks, RC_CONG_EARLY, &l), RC_CONG_HOLD_LIMIT);
+  l.new_reads = 6;
+  ck_assert_int_eq (rc_cong_decide (&ks, RC_CONG_EARLY, &l), RC_CONG_GO);
+
+  /* Kernel mode, wait: keeps every async part, starts below the
+   * threshold; never while a sync read runs.
+   */
+  rc_cong_init (&k, 9, false, true);
+  l.executing = 20; l.queued = 20;
+  ck_assert_int_eq (rc_cong_decide (&k, RC_CONG_KEEP, &l), RC_CONG_GO);
+  l.executing = 9;
+  ck_assert_int_eq (rc_cong_decide (&k, RC_CONG_ISSUE, &l), RC_CONG_HOLD_LIMIT);
+  l.executing = 8;
+  ck_assert_int_eq (rc_cong_decide (&k, RC_CONG_ISSUE, &l), RC_CONG_GO);
+  l.sync_active = 1;
+  ck_assert_int_eq (rc_cong_decide (&k, RC_CONG_ISSUE, &l), RC_CONG_HOLD_SYNC);
+  l.sync_active = 0;
+
+  /* Learning: starts at the limit, keeping one slot for a sync read;
+   * with nothing running an async read always may start.
+   */
+  rc_cong_init (&a, 9, true, false);
+  l.executing = 0; l.queued = 0;
+  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_ISSUE, &l), RC_CONG_GO);
+  l.executing = 7;
+  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_ISSUE, &l), RC_CONG_GO);
+  l.executing = 8;
+  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_ISSUE, &l), RC_CONG_HOLD_ESTIMATE);
+  /* The BDP rule: a client whose own reads in flight cover the BDP and
+   * ra-max keeps no async part.  1 MiB in 1.1 ms with 8 in flight: about
+   * 7.6 GB/s x 1 ms (4 KiB reads alone) = about 8 MiB.  Before the BDP
+   * is known, ra-max alone.
+   */
+  l.client_bytes = 12 << 20;
+  l.client_reads = 8;
+  l.window_bytes = 8 << 20;
+  l.executing = 0;
+  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l), RC_CONG_COVERED);
+  l.client_bytes = UINT64_C (64) << 20;
+  for (i = 0; i < 16; i++) {
+    s.start_ns = i * 10 * MS;
+    s.end_ns = s.start_ns + (i % 2 ? 1 * MS : 1 * MS + MS / 10);
+    s.bytes = i % 2 ? 4096 : 1 << 20;
+    s.inflight = i % 2 ? 1 : 8;
+    s.inflight_bytes = i % 2 ? 4096 : 8 << 20;
+    rc_cong_sample (&a, &s);
+  }
+  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l), RC_CONG_COVERED);
+  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_KEEP, &l), RC_CONG_GO);
+  l.client_reads = 1;             /* one read at a time: never covered */
+  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l), RC_CONG_GO);
+  l.client_reads = 8;
+  l.window_bytes = UINT64_C (128) << 20; /* not beyond the largest window */
+  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l), RC_CONG_GO);
+  l.window_bytes = 4 << 20;
+  l.client_bytes = 6 << 20;     /* ra-max, but below the BDP */
+  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l), RC_CONG_GO);
+  /* The threshold stays an upper bound in adaptive mode. */
+  l.executing = 9;
+  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_ISSUE, &l), RC_CONG_HOLD_ESTIMATE);
+  l.executing = 30;
+  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_ISSUE, &l), RC_CONG_HOLD_ESTIMATE);
+  {
+    struct rc_cong aw;            /* adaptive, ra-congestion=wait */
+
+    rc_cong_init (&aw, 9, true, true);
+    l.executing = 9;
+    ck_assert_int_eq (rc_cong_decide (&aw, RC_CONG_ISSUE, &l), RC_CONG_HOLD_LIMIT);
+  }
+}
+END_TEST
+
+static Suite *
+congestion_suite (void)
+{
+  Suite *s = suite_create ("congestion");
+  TCase *tc = tcase_create ("estimator");
+
+  tcase_add_test (tc, test_slots_found);
+  tcase_add_test (tc, test_slows_under_load);
+  tcase_add_test (tc, test_fast_never_congested);
+  tcase_add_test (tc, test_decide_rules);
+  suite_add_tcase (s, tc);
+  return s;
+}
+
+int
+main (void)
+{
+  SRunner *sr = srunner_create (congestion_suite ());
+  int failed;
+
+  srunner_run_all (sr, CK_NORMAL);
+  failed = srunner_ntests_failed (sr);
+  srunner_free (sr);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
