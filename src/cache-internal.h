@@ -1,4 +1,4 @@
-/* ra-cache: internals shared by src/cache.c and src/prefetch.c. */
+/* ra-cache: internals shared by src/cache.c and src/backend-io.c. */
 #ifndef RACACHE_CACHE_INTERNAL_H
 #define RACACHE_CACHE_INTERNAL_H
 
@@ -30,7 +30,7 @@ struct rc_job {
   struct rc_wait *wait;         /* NULL for async parts */
 };
 
-/* ---- background backend connections (src/prefetch.c) ---- */
+/* ---- background backend connections (src/backend-io.c) ---- */
 enum rc_conn_state {
   RC_CONN_CLOSED,               /* may be opened */
   RC_CONN_OPENING,              /* the connector is opening it */
@@ -79,12 +79,12 @@ struct rc_cache {
   bool size_set;
   bool limits_set;              /* rc_cache_set_backend_limits ran */
 
-  /* Free bounce buffers (src/prefetch.c), each io_max pages. */
+  /* Free bounce buffers (src/backend-io.c), each io_max pages. */
   pthread_mutex_t bounce_lock;
   char *bounce_free;
 
   /* Adaptive mode: the backend model, fed by every backend read of
-   * pages (src/prefetch.c), read at every trigger.
+   * pages (src/backend-io.c), read at every trigger.
    */
   pthread_mutex_t model_lock;
   struct ra_model model;
@@ -142,7 +142,7 @@ struct rc_stream {
   unsigned depth_reads16;       /* ... at most lately, times 16 */
 };
 
-/* prefetch.c */
+/* backend-io.c */
 int rc_workers_start (struct rc_cache *c, unsigned n);
 void rc_workers_stop (struct rc_cache *c);
 void rc_queue_job (struct rc_cache *c, ra_pgoff start, ra_pgoff count,

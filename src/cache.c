@@ -23,7 +23,7 @@
  * started by the workers when the decision lets it: in adaptive mode
  * while the backend slots the estimator measured leave one free for a
  * sync read; in kernel mode with ra-congestion=wait once fewer than the
- * threshold of reads are running (src/prefetch.c).  In adaptive mode a
+ * threshold of reads are running (src/backend-io.c).  In adaptive mode a
  * client whose own reads in flight cover the backend's bandwidth-delay
  * product gets no window beyond its request at all (trigger).  Either way, a
  * client that needs a page whose async read is still queued promotes

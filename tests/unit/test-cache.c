@@ -1,4 +1,4 @@
-/* Unit tests of the core cache (src/cache.c, src/prefetch.c,
+/* Unit tests of the core cache (src/cache.c, src/backend-io.c,
  * src/pagecache.c) over the scripted fake backend of fake-backend.c.
  *
  * Tests that need several threads never call ck_assert outside the test

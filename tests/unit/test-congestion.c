@@ -8,7 +8,7 @@
  * share one link after their latency (a read's bytes wait for the bytes
  * of the reads before it, as behind nbdkit's rate filter or a saturated
  * network).  The driver is what
- * src/prefetch.c does: a client keeps DEPTH sync reads in flight, and
+ * src/backend-io.c does: a client keeps DEPTH sync reads in flight, and
  * speculation starts async reads whenever rc_cong_decide (RC_CONG_ISSUE)
  * says GO.  Every completed read is a sample.
  */
@@ -116,7 +116,7 @@ fake_run (struct fake *f, struct rc_cong *e, unsigned reads,
       struct rc_cong_load l = {
         .executing = f->n, .queued = 1,
         /* The driver's client sync reads run in other threads: they do
-         * not hold speculation back here (prefetch.c's rule of a sync
+         * not hold speculation back here (backend-io.c's rule of a sync
          * read running is tested apart), only the estimate does.
          */
         .sync_active = 0,

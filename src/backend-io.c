@@ -1,4 +1,5 @@
-/* ra-cache: backend reads.
+/* ra-cache: backend I/O: the background workers and their connections,
+ * the backend reads, and the completion a client waits on (rc_wait).
  *
  * Every backend read covers a batch of contiguous pages that ra_submit
  * inserted in flight (at most io_max bytes).  A batch of a window's sync
