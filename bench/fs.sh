@@ -36,7 +36,7 @@
 #   plain            rdelay=RDELAY, front without a filter
 #   readahead+cache  front with --filter=readahead --filter=cache
 #   ra-cache         front with --filter=FILTER, defaults (plus RA_CACHE_ARGS)
-#   ra-cache-base    (only if named in CONFIGS) the same with BASE_FILTER,
+#   ra-cache-base    (only if named in CONFIGS) the same with FILTER_BASE,
 #                    another build of the filter (main's, say), to compare
 #                    a change with it in one run
 #   ceiling          rdelay=0, front without a filter: the no-latency limit
@@ -51,7 +51,7 @@
 #   RDELAY [1ms]          backend read delay (not for "ceiling", which is 0)
 #   FILTER [build/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so]
 #   RA_CACHE_ARGS []      extra ra-cache parameters (both ra-cache rows)
-#   BASE_FILTER []        the filter of the ra-cache-base row
+#   FILTER_BASE []        the filter of the ra-cache-base row
 #   CONFIGS ["plain readahead+cache ra-cache ceiling"]
 #   WORKLOADS ["tar small"]
 #   ATTACH ["nbdfuse nbd"] how to attach (nbd is skipped without /dev/nbd0)
@@ -83,7 +83,7 @@ export PATH=$PATH:/usr/sbin:/sbin
 : "${RDELAY:=1ms}"
 : "${FILTER:=$top/build/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so}"
 : "${RA_CACHE_ARGS:=}"
-: "${BASE_FILTER:=}"
+: "${FILTER_BASE:=}"
 : "${CONFIGS:=plain readahead+cache ra-cache ceiling}"
 : "${WORKLOADS:=tar small}"
 : "${ATTACH:=nbdfuse nbd}"
@@ -118,7 +118,7 @@ have_filter=yes
 [ -f "$FILTER" ] || { have_filter=no; echo "fs.sh: $FILTER is not built: the ra-cache rows will say n/a" >&2; }
 for c in $CONFIGS; do
   case "$c" in plain|readahead+cache|ra-cache|ceiling) ;;
-    ra-cache-base) [ -f "$BASE_FILTER" ] || bench_die "ra-cache-base needs BASE_FILTER (a built filter)" ;;
+    ra-cache-base) [ -f "$FILTER_BASE" ] || bench_die "ra-cache-base needs FILTER_BASE (a built filter)" ;;
     *) bench_die "unknown configuration $c" ;;
   esac
 done
@@ -288,7 +288,7 @@ run_once () # run_once ATTACH WORKLOAD CONFIG REP
   case "$c" in
     readahead+cache) front+=(--filter=readahead --filter=cache) ;;
     ra-cache) front+=(--filter="$FILTER") ;;
-    ra-cache-base) front+=(--filter="$BASE_FILTER") ;;
+    ra-cache-base) front+=(--filter="$FILTER_BASE") ;;
   esac
   front+=(nbd socket="$(bench_sock back)")
   [[ "$c" = ra-cache* ]] && front+=("${ra_cache_args[@]}" ra-cache-stats="$rstats")
@@ -355,7 +355,7 @@ echo "backend: nbdkit -r --filter=stats --filter=delay file IMAGE rdelay=$RDELAY
 echo "attached: nbdfuse + losetup -r (readahead $(cat "$bench_tmpdir/readahead-sectors" 2>/dev/null || echo '?') sectors), mount -o ro,noload; page cache dropped before each run"
 echo "workloads: tar = tar cf - . | wc -c; small = find $SMALL_DIR -type f -size -$SMALL_MAX | xargs cat"
 echo "ra-cache: $FILTER${RA_CACHE_ARGS:+ $RA_CACHE_ARGS}$([ "$have_filter" = no ] && echo ' (NOT BUILT)')"
-[[ " $CONFIGS " = *" ra-cache-base "* ]] && echo "ra-cache-base: $BASE_FILTER"
+[[ " $CONFIGS " = *" ra-cache-base "* ]] && echo "ra-cache-base: $FILTER_BASE"
 echo "median of $REPEAT run(s) by seconds, fresh servers each"
 echo
 echo "| attach | workload | configuration | seconds | plain s / s | readahead+cache s / s | backend MiB | ra-cache windows | amplification |"
