@@ -493,6 +493,19 @@ print_heading (const struct sim *s, const struct options *o)
             "\n", (uint64_t) s->p.adapt_min, (uint64_t) s->p.self_max);
 }
 
+/* The counters as the filter reports them (the one table of
+ * include/racache/stats.h, under its JSON keys) on one line, last: for
+ * scripts that compare a replay with a real run's stats.  (Here, not
+ * in src/trace-sim.c: the fuzzer links that without src/stats.c.)
+ */
+static void
+print_counters (const struct sim *s)
+{
+  rc_stats_print (stdout, &s->st, (uint32_t) s->page_size, RC_STATS_LINE, 0,
+                  "# counters: ");
+  putchar ('\n');
+}
+
 int
 main (int argc, char *argv[])
 {
@@ -527,6 +540,7 @@ main (int argc, char *argv[])
   print_summary (&s, nstreams);
   if (s.extended)
     print_timing (&s, states, stream_ids);
+  print_counters (&s);
 
   sim_free (&s);
   free (states);

@@ -716,6 +716,7 @@ print_summary (const struct sim *s, size_t nstreams)
     printf ("%-28s -\n", "amplification:");
 }
 
+
 void
 sim_free (struct sim *s)
 {

@@ -65,6 +65,18 @@ expect_summary "$tmpdir/we.out" "client bytes" 360448 "worked example"
 expect_summary "$tmpdir/we.out" "page hits" 87 "worked example"
 expect_summary "$tmpdir/we.out" "page misses" 1 "worked example"
 expect_summary "$tmpdir/we.out" "windows A" 1 "worked example"
+# The same counters under the filter's names (the one table of
+# include/racache/stats.h), on the "# counters:" line.
+counter ()
+{
+  sed -n 's/^# counters: //p' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"
+}
+for kv in client_reads=22 client_bytes=360448 page_hits=87 page_misses=1 \
+          windows.A=1; do
+  got=$(counter "$tmpdir/we.out" "${kv%%=*}")
+  [ "$got" = "${kv#*=}" ] ||
+    fail "worked example: counter ${kv%%=*} is '$got', expected '${kv#*=}'"
+done
 expect_summary "$tmpdir/we.out" "windows B" 4 "worked example"
 expect_summary "$tmpdir/we.out" "windows G" 0 "worked example"
 expect_summary "$tmpdir/we.out" "pages read ahead" 116 "worked example"
