@@ -835,6 +835,167 @@ timedwait_ns (struct rc_cache *c, uint64_t ns)
   pthread_cond_timedwait (&c->pool.ccond, &c->qlock, &ts);
 }
 
+/* Waits until the connector has a closed slot to open: after the retire
+ * delay, while a client is connected, the pool is below its limit and
+ * the backoff after a failure is over.  Returns NULL if it waited or
+ * retired a connection (the caller looks again), else the slot, with
+ * *busy the slots not closed and *t0 the time of the choice.  Called
+ * with c->qlock held; drops it while waiting.
+ */
+static struct rc_conn *
+wait_for_slot (struct rc_cache *c, unsigned *busy, uint64_t *t0)
+{
+  struct rc_pool *p = &c->pool;
+  struct rc_conn *slot = NULL;
+  unsigned i;
+
+  *busy = 0;
+  for (i = 0; i < p->n; i++) {
+    if (p->conn[i].state == RC_CONN_CLOSED) {
+      if (!slot)
+        slot = &p->conn[i];
+    }
+    else
+      (*busy)++;              /* open, or still closing after a break */
+  }
+  *t0 = mono_ns ();
+  /* Retire RC_RETIRE_DELAY_NS after the last client left: nbdkit
+   * closes that client's own plugin context after the filter's close
+   * returns, without the filter's lock; a serializing plugin must not
+   * see our close overlap it.
+   */
+  if (p->clients == 0 && p->nopen > 0 &&
+      *t0 < p->last_leave_ns + RC_RETIRE_DELAY_NS) {
+    timedwait_ns (c, p->last_leave_ns + RC_RETIRE_DELAY_NS - *t0);
+    return NULL;
+  }
+  if (p->clients == 0 && retire_idle (c))
+    return NULL;
+  if (p->clients == 0 || !slot || *busy >= p->limit) {
+    pthread_cond_wait (&p->ccond, &c->qlock);
+    return NULL;
+  }
+  if (*t0 < p->next_try_ns) {
+    timedwait_ns (c, p->next_try_ns - *t0);
+    return NULL;
+  }
+  return slot;
+}
+
+/* Calls the backend's worker_open, without c->qlock.  Returns false if
+ * the cache was abandoned meanwhile: then it has closed what it opened
+ * and freed cn, and the caller touches nothing of either.
+ */
+static bool
+open_unlocked (struct rc_connector *cn, void **ctx)
+{
+  bool abandoned;
+
+  ACQUIRE_LOCK (&connector_lock);
+  cn->in_open = true;
+  RELEASE_LOCK (&connector_lock);
+  *ctx = cn->be.worker_open (cn->be.opaque);
+  ACQUIRE_LOCK (&connector_lock);
+  cn->in_open = false;
+  abandoned = cn->abandoned;
+  RELEASE_LOCK (&connector_lock);
+  if (abandoned) {
+    /* The cache is gone: touch nothing of it. */
+    if (*ctx && cn->be.worker_close)
+      cn->be.worker_close (cn->be.opaque, *ctx);
+    free (cn);
+    return false;
+  }
+  return true;
+}
+
+/* worker_open failed: slot is closed again, and the next try waits for
+ * a backoff that doubles with each failure in a row.  Called with
+ * c->qlock held.
+ */
+static void
+back_off (struct rc_cache *c, struct rc_conn *slot)
+{
+  struct rc_pool *p = &c->pool;
+  uint64_t backoff = RC_BACKOFF_MIN_NS << (p->failures < 6 ? p->failures : 6);
+
+  slot->state = RC_CONN_CLOSED;
+  p->failures++;
+  if (backoff > RC_BACKOFF_MAX_NS)
+    backoff = RC_BACKOFF_MAX_NS;
+  p->next_try_ns = mono_ns () + backoff;
+  STAT_ADD (&c->stats, backend_connection_failures, 1);
+  if (!p->outage_logged) {
+    p->outage_logged = true;
+    pool_log (c, true, "ra-cache: cannot open a background backend "
+              "connection: retrying with backoff; clients are served "
+              "meanwhile");
+  }
+}
+
+/* Whether a connection that worker_open returned after dt ns is to be
+ * closed again at once: the cache is stopping, no client is left, or it
+ * took so long that it waited in the server's backlog.  An open that
+ * came late also lowers the pool's limit: the server limits
+ * connections.  Called with c->qlock held.
+ */
+static bool
+unwanted_open (struct rc_cache *c, uint64_t dt, unsigned busy)
+{
+  struct rc_pool *p = &c->pool;
+
+  if (!c->stopping && p->clients == 0 && dt < RC_CONNECT_STALL_NS &&
+      p->limit > p->max_open) {
+    /* It completed only once every client had gone: the server
+     * limits connections (the last client's slot went to it).  Keep
+     * no more than were open at once before.
+     */
+    p->limit = p->max_open;
+    STAT_ADD (&c->stats, backend_connections_late, 1);
+    pool_log (c, false, "ra-cache: a background backend connection "
+              "opened only when the last client left: keeping at most "
+              "%u", p->limit);
+  }
+  if (!c->stopping && dt >= RC_CONNECT_STALL_NS) {
+    /* It waited in the server's backlog until a client left: keep
+     * only what was open before, and give the slot back at once to
+     * whoever waits behind it.
+     */
+    STAT_ADD (&c->stats, backend_connections_late, 1);
+    p->limit = busy;
+    pool_log (c, true, "ra-cache: a background backend connection "
+              "opened only after %.1f s (the server limits "
+              "connections?): closed again; keeping %u of %u",
+              dt / 1e9, p->limit, p->n);
+  }
+  return c->stopping || p->clients == 0 || dt >= RC_CONNECT_STALL_NS;
+}
+
+/* slot holds a new open connection: the workers may use it.  Called
+ * with c->qlock held.
+ */
+static void
+conn_opened (struct rc_cache *c, struct rc_conn *slot)
+{
+  struct rc_pool *p = &c->pool;
+
+  slot->state = RC_CONN_OPEN;
+  set_nopen (p, p->nopen + 1);
+  if (p->nopen > p->max_open)
+    p->max_open = p->nopen;
+  p->failures = 0;
+  STAT_ADD (&c->stats, backend_connection_opens, 1);
+  if (p->broken > 0) {
+    p->broken--;
+    STAT_ADD (&c->stats, backend_reconnects, 1);
+    if (p->outage_logged)
+      pool_log (c, false, "ra-cache: background backend connection "
+                "reopened");
+  }
+  p->outage_logged = false;
+  pthread_cond_broadcast (&c->qcond);
+}
+
 /* The connector thread: opens the pool's connections, one at a time. */
 static void *
 connector_main (void *arg)
@@ -845,127 +1006,34 @@ connector_main (void *arg)
 
   ACQUIRE_LOCK (&c->qlock);
   while (!c->stopping) {
-    struct rc_conn *slot = NULL;
-    unsigned i, busy = 0;
+    struct rc_conn *slot;
+    unsigned busy;
     uint64_t t0, dt;
     void *ctx;
-    bool abandoned;
 
-    for (i = 0; i < p->n; i++) {
-      if (p->conn[i].state == RC_CONN_CLOSED) {
-        if (!slot)
-          slot = &p->conn[i];
-      }
-      else
-        busy++;               /* open, or still closing after a break */
-    }
-    t0 = mono_ns ();
-    /* Retire RC_RETIRE_DELAY_NS after the last client left: nbdkit
-     * closes that client's own plugin context after the filter's close
-     * returns, without the filter's lock; a serializing plugin must not
-     * see our close overlap it.
-     */
-    if (p->clients == 0 && p->nopen > 0 &&
-        t0 < p->last_leave_ns + RC_RETIRE_DELAY_NS) {
-      timedwait_ns (c, p->last_leave_ns + RC_RETIRE_DELAY_NS - t0);
+    slot = wait_for_slot (c, &busy, &t0);
+    if (!slot)
       continue;
-    }
-    if (p->clients == 0 && retire_idle (c))
-      continue;
-    if (p->clients == 0 || !slot || busy >= p->limit) {
-      pthread_cond_wait (&p->ccond, &c->qlock);
-      continue;
-    }
-    if (t0 < p->next_try_ns) {
-      timedwait_ns (c, p->next_try_ns - t0);
-      continue;
-    }
     slot->state = RC_CONN_OPENING;
     atomic_store (&p->open_started_ns, t0);
     atomic_store (&p->opening, true);
     RELEASE_LOCK (&c->qlock);
 
-    ACQUIRE_LOCK (&connector_lock);
-    cn->in_open = true;
-    RELEASE_LOCK (&connector_lock);
-    ctx = cn->be.worker_open (cn->be.opaque);
-    ACQUIRE_LOCK (&connector_lock);
-    cn->in_open = false;
-    abandoned = cn->abandoned;
-    RELEASE_LOCK (&connector_lock);
-    if (abandoned) {
-      /* The cache is gone: touch nothing of it. */
-      if (ctx && cn->be.worker_close)
-        cn->be.worker_close (cn->be.opaque, ctx);
-      free (cn);
+    if (!open_unlocked (cn, &ctx))
       return NULL;
-    }
 
     dt = mono_ns () - t0;
     ACQUIRE_LOCK (&c->qlock);
     atomic_store (&p->opening, false);
     if (!ctx) {
-      uint64_t backoff = RC_BACKOFF_MIN_NS << (p->failures < 6 ? p->failures : 6);
-
-      slot->state = RC_CONN_CLOSED;
-      p->failures++;
-      if (backoff > RC_BACKOFF_MAX_NS)
-        backoff = RC_BACKOFF_MAX_NS;
-      p->next_try_ns = mono_ns () + backoff;
-      STAT_ADD (&c->stats, backend_connection_failures, 1);
-      if (!p->outage_logged) {
-        p->outage_logged = true;
-        pool_log (c, true, "ra-cache: cannot open a background backend "
-                  "connection: retrying with backoff; clients are served "
-                  "meanwhile");
-      }
-      continue;
-    }
-    if (!c->stopping && p->clients == 0 && dt < RC_CONNECT_STALL_NS &&
-        p->limit > p->max_open) {
-      /* It completed only once every client had gone: the server
-       * limits connections (the last client's slot went to it).  Keep
-       * no more than were open at once before.
-       */
-      p->limit = p->max_open;
-      STAT_ADD (&c->stats, backend_connections_late, 1);
-      pool_log (c, false, "ra-cache: a background backend connection "
-                "opened only when the last client left: keeping at most "
-                "%u", p->limit);
-    }
-    if (c->stopping || p->clients == 0 || dt >= RC_CONNECT_STALL_NS) {
-      if (!c->stopping && dt >= RC_CONNECT_STALL_NS) {
-        /* It waited in the server's backlog until a client left: keep
-         * only what was open before, and give the slot back at once to
-         * whoever waits behind it.
-         */
-        STAT_ADD (&c->stats, backend_connections_late, 1);
-        p->limit = busy;
-        pool_log (c, true, "ra-cache: a background backend connection "
-                  "opened only after %.1f s (the server limits "
-                  "connections?): closed again; keeping %u of %u",
-                  dt / 1e9, p->limit, p->n);
-      }
-      slot->ctx = ctx;
-      conn_close (c, slot);
+      back_off (c, slot);
       continue;
     }
     slot->ctx = ctx;
-    slot->state = RC_CONN_OPEN;
-    set_nopen (p, p->nopen + 1);
-    if (p->nopen > p->max_open)
-      p->max_open = p->nopen;
-    p->failures = 0;
-    STAT_ADD (&c->stats, backend_connection_opens, 1);
-    if (p->broken > 0) {
-      p->broken--;
-      STAT_ADD (&c->stats, backend_reconnects, 1);
-      if (p->outage_logged)
-        pool_log (c, false, "ra-cache: background backend connection "
-                  "reopened");
-    }
-    p->outage_logged = false;
-    pthread_cond_broadcast (&c->qcond);
+    if (unwanted_open (c, dt, busy))
+      conn_close (c, slot);
+    else
+      conn_opened (c, slot);
   }
   RELEASE_LOCK (&c->qlock);
 

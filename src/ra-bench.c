@@ -335,32 +335,31 @@ free_uris (void)
   free (uris_to_free);
 }
 
-static void
-parse_options (int argc, char *argv[], struct options *o)
-{
-  static const struct option long_options[] = {
-    { "uri",         required_argument, NULL, 'u' },
-    { "connections", required_argument, NULL, 'c' },
-    { "depth",       required_argument, NULL, 'd' },
-    { "size",        required_argument, NULL, 's' },
-    { "bytes",       required_argument, NULL, 'b' },
-    { "time",        required_argument, NULL, 't' },
-    { "pattern",     required_argument, NULL, 'p' },
-    { "offset",      required_argument, NULL, OPT_OFFSET },
-    { "length",      required_argument, NULL, OPT_LENGTH },
-    { "streams",     required_argument, NULL, OPT_STREAMS },
-    { "stride-read", required_argument, NULL, OPT_STRIDE_READ },
-    { "stride-skip", required_argument, NULL, OPT_STRIDE_SKIP },
-    { "write-ratio", required_argument, NULL, OPT_WRITE_RATIO },
-    { "seed",        required_argument, NULL, OPT_SEED },
-    { "json",        no_argument,       NULL, 'j' },
-    { "help",        no_argument,       NULL, 'h' },
-    { "version",     no_argument,       NULL, 'V' },
-    { NULL, 0, NULL, 0 },
-  };
-  size_t i;
-  int c;
+static const struct option long_options[] = {
+  { "uri",         required_argument, NULL, 'u' },
+  { "connections", required_argument, NULL, 'c' },
+  { "depth",       required_argument, NULL, 'd' },
+  { "size",        required_argument, NULL, 's' },
+  { "bytes",       required_argument, NULL, 'b' },
+  { "time",        required_argument, NULL, 't' },
+  { "pattern",     required_argument, NULL, 'p' },
+  { "offset",      required_argument, NULL, OPT_OFFSET },
+  { "length",      required_argument, NULL, OPT_LENGTH },
+  { "streams",     required_argument, NULL, OPT_STREAMS },
+  { "stride-read", required_argument, NULL, OPT_STRIDE_READ },
+  { "stride-skip", required_argument, NULL, OPT_STRIDE_SKIP },
+  { "write-ratio", required_argument, NULL, OPT_WRITE_RATIO },
+  { "seed",        required_argument, NULL, OPT_SEED },
+  { "json",        no_argument,       NULL, 'j' },
+  { "help",        no_argument,       NULL, 'h' },
+  { "version",     no_argument,       NULL, 'V' },
+  { NULL, 0, NULL, 0 },
+};
 
+/* The defaults, and room for the URIs. */
+static void
+options_init (int argc, struct options *o)
+{
   *o = (struct options) {
     .pattern = PAT_SEQ, .connections = 1, .depth = 1, .size = 65536,
     .seed = 1, .streams = 4, .stride_read = 1, .stride_skip = 1,
@@ -376,104 +375,136 @@ parse_options (int argc, char *argv[], struct options *o)
   }
   uris_to_free = o->uris;
   atexit (free_uris);
+}
 
-  opterr = 0;
-  while ((c = getopt_long (argc, argv, ":u:c:d:s:b:t:p:jhV",
-                           long_options, NULL)) != -1) {
-    switch (c) {
-    case 'u':
-      if (*optarg == '\0')
-        usage_error ("--uri: the URI is empty");
-      o->uris[o->n_uris++] = optarg;
-      break;
-    case 'c':
-      o->connections = (unsigned) uint_option ("--connections", optarg, 1,
-                                               MAX_CONNECTIONS);
-      o->connections_set = true;
-      break;
-    case 'd':
-      o->depth = (unsigned) uint_option ("--depth", optarg, 1, MAX_DEPTH);
-      break;
-    case 's':
-      o->size = size_option ("--size", optarg, 1, MAX_REQUEST_SIZE);
-      break;
-    case 'b':
-      o->bytes = size_option ("--bytes", optarg, 1, INT64_MAX);
-      o->bytes_set = true;
-      break;
-    case 't':
-      o->time = double_option ("--time", optarg, 0, 1e7, true);
-      o->time_set = true;
-      break;
-    case 'p':
-      for (i = 0; i < N_PATTERNS; i++)
-        if (strcmp (optarg, pattern_names[i]) == 0)
-          break;
-      if (i == N_PATTERNS)
-        usage_error ("--pattern: unknown pattern '%s': expected seq, "
-                     "interleaved, multiconn, random, strided, backward or "
-                     "mixed", optarg);
-      o->pattern = (enum pattern) i;
-      break;
-    case OPT_OFFSET:
-      o->offset = size_option ("--offset", optarg, 0, INT64_MAX);
-      break;
-    case OPT_LENGTH:
-      o->length = size_option ("--length", optarg, 1, INT64_MAX);
-      o->length_set = true;
-      break;
-    case OPT_STREAMS:
-      o->streams = (unsigned) uint_option ("--streams", optarg, 1,
-                                           MAX_STREAMS);
-      o->streams_set = true;
-      break;
-    case OPT_STRIDE_READ:
-      o->stride_read = uint_option ("--stride-read", optarg, 1, INT64_MAX);
-      o->stride_read_set = true;
-      break;
-    case OPT_STRIDE_SKIP:
-      o->stride_skip = uint_option ("--stride-skip", optarg, 0, INT64_MAX);
-      o->stride_skip_set = true;
-      break;
-    case OPT_WRITE_RATIO:
-      o->write_ratio = double_option ("--write-ratio", optarg, 0, 1, false);
-      o->write_ratio_set = true;
-      break;
-    case OPT_SEED:
-      o->seed = uint_option ("--seed", optarg, 0, UINT64_MAX);
-      break;
-    case 'j':
-      o->json = true;
-      break;
-    case 'h':
-      usage ();
-      exit (EXIT_SUCCESS);
-    case 'V': {
-      struct nbd_handle *h = nbd_create ();
+static void
+print_version (void)
+{
+  struct nbd_handle *h = nbd_create ();
 
-      printf ("%s %s\n", PROGRAM, PACKAGE_VERSION);
-      if (h)
-        printf ("libnbd %s\n", nbd_get_version (h));
-      nbd_close (h);
-      exit (EXIT_SUCCESS);
-    }
-    case ':':
-      usage_error ("option '%s' needs an argument", argv[optind - 1]);
-    default:
-      if (optopt && optopt < 256)
-        usage_error ("unknown option '-%c'", optopt);
-      usage_error ("unknown option '%s'", argv[optind - 1]);
-    }
+  printf ("%s %s\n", PROGRAM, PACKAGE_VERSION);
+  if (h)
+    printf ("libnbd %s\n", nbd_get_version (h));
+  nbd_close (h);
+}
+
+/* The target options: where to connect, how much to keep in flight, and
+ * the region.  Returns false if c is not one of them.
+ */
+static bool
+target_option (int c, const char *arg, struct options *o)
+{
+  switch (c) {
+  case 'u':
+    if (*arg == '\0')
+      usage_error ("--uri: the URI is empty");
+    o->uris[o->n_uris++] = arg;
+    return true;
+  case 'c':
+    o->connections = (unsigned) uint_option ("--connections", arg, 1,
+                                             MAX_CONNECTIONS);
+    o->connections_set = true;
+    return true;
+  case 'd':
+    o->depth = (unsigned) uint_option ("--depth", arg, 1, MAX_DEPTH);
+    return true;
+  case 's':
+    o->size = size_option ("--size", arg, 1, MAX_REQUEST_SIZE);
+    return true;
+  case OPT_OFFSET:
+    o->offset = size_option ("--offset", arg, 0, INT64_MAX);
+    return true;
+  case OPT_LENGTH:
+    o->length = size_option ("--length", arg, 1, INT64_MAX);
+    o->length_set = true;
+    return true;
+  default:
+    return false;
   }
-  for (; optind < argc; optind++) {
-    if (*argv[optind] == '\0')
-      usage_error ("the URI is empty");
-    o->uris[o->n_uris++] = argv[optind];
-  }
+}
 
-  /* Cross-checks. */
-  if (o->n_uris == 0)
-    usage_error ("no server given: use --uri URI");
+static enum pattern
+pattern_by_name (const char *name)
+{
+  size_t i;
+
+  for (i = 0; i < N_PATTERNS; i++)
+    if (strcmp (name, pattern_names[i]) == 0)
+      return (enum pattern) i;
+  usage_error ("--pattern: unknown pattern '%s': expected seq, "
+               "interleaved, multiconn, random, strided, backward or "
+               "mixed", name);
+}
+
+/* The pattern and its parameters.  Returns false if c is not one of them. */
+static bool
+pattern_option (int c, const char *arg, struct options *o)
+{
+  switch (c) {
+  case 'p':
+    o->pattern = pattern_by_name (arg);
+    return true;
+  case OPT_STREAMS:
+    o->streams = (unsigned) uint_option ("--streams", arg, 1, MAX_STREAMS);
+    o->streams_set = true;
+    return true;
+  case OPT_STRIDE_READ:
+    o->stride_read = uint_option ("--stride-read", arg, 1, INT64_MAX);
+    o->stride_read_set = true;
+    return true;
+  case OPT_STRIDE_SKIP:
+    o->stride_skip = uint_option ("--stride-skip", arg, 0, INT64_MAX);
+    o->stride_skip_set = true;
+    return true;
+  case OPT_WRITE_RATIO:
+    o->write_ratio = double_option ("--write-ratio", arg, 0, 1, false);
+    o->write_ratio_set = true;
+    return true;
+  case OPT_SEED:
+    o->seed = uint_option ("--seed", arg, 0, UINT64_MAX);
+    return true;
+  default:
+    return false;
+  }
+}
+
+/* The bounds, the output options, and getopt's errors: every c that
+ * target_option and pattern_option do not take.
+ */
+static void
+other_option (int c, const char *arg, char *argv[], struct options *o)
+{
+  switch (c) {
+  case 'b':
+    o->bytes = size_option ("--bytes", arg, 1, INT64_MAX);
+    o->bytes_set = true;
+    break;
+  case 't':
+    o->time = double_option ("--time", arg, 0, 1e7, true);
+    o->time_set = true;
+    break;
+  case 'j':
+    o->json = true;
+    break;
+  case 'h':
+    usage ();
+    exit (EXIT_SUCCESS);
+  case 'V':
+    print_version ();
+    exit (EXIT_SUCCESS);
+  case ':':
+    usage_error ("option '%s' needs an argument", argv[optind - 1]);
+  default:
+    if (optopt && optopt < 256)
+      usage_error ("unknown option '-%c'", optopt);
+    usage_error ("unknown option '%s'", argv[optind - 1]);
+  }
+}
+
+/* The options that only some patterns take. */
+static void
+check_pattern_options (const struct options *o)
+{
   if (o->streams_set && o->pattern != PAT_INTERLEAVED &&
       o->pattern != PAT_MULTICONN)
     usage_error ("--streams is only for --pattern interleaved or multiconn");
@@ -483,7 +514,14 @@ parse_options (int argc, char *argv[], struct options *o)
                  "--pattern strided");
   if (o->write_ratio_set && o->pattern != PAT_MIXED)
     usage_error ("--write-ratio is only for --pattern mixed");
+}
 
+/* The number of connections, from --connections, --streams and the URIs,
+ * and whether they fit the pattern and the buffer memory limit.
+ */
+static void
+settle_connections (struct options *o)
+{
   if (o->pattern == PAT_MULTICONN) {
     /* One stream per connection: whichever of the two is given sets both. */
     if (o->streams_set && o->connections_set &&
@@ -518,6 +556,30 @@ parse_options (int argc, char *argv[], struct options *o)
                  " bytes of buffers, more than the limit of %" PRIu64,
                  (uint64_t) o->connections * o->depth * o->size,
                  MAX_BUFFER_MEMORY);
+}
+
+static void
+parse_options (int argc, char *argv[], struct options *o)
+{
+  int c;
+
+  options_init (argc, o);
+  opterr = 0;
+  while ((c = getopt_long (argc, argv, ":u:c:d:s:b:t:p:jhV",
+                           long_options, NULL)) != -1) {
+    if (!target_option (c, optarg, o) && !pattern_option (c, optarg, o))
+      other_option (c, optarg, argv, o);
+  }
+  for (; optind < argc; optind++) {
+    if (*argv[optind] == '\0')
+      usage_error ("the URI is empty");
+    o->uris[o->n_uris++] = argv[optind];
+  }
+
+  if (o->n_uris == 0)
+    usage_error ("no server given: use --uri URI");
+  check_pattern_options (o);
+  settle_connections (o);
 }
 
 /* ---- clock, random numbers --------------------------------------------- */
@@ -873,11 +935,104 @@ sigint_cb (struct ev_loop *loop, ev_signal *w, int revents)
 
 /* ---- setup, run, report ------------------------------------------------ */
 
+/* Opens connection c to its URI and gets the export size. */
+static int
+open_connection (struct conn *c, int64_t *size)
+{
+  c->nbd = nbd_create ();
+  if (!c->nbd) {
+    fprintf (stderr, "%s: nbd_create: %s\n", PROGRAM, nbd_get_error ());
+    return -1;
+  }
+  /* The contents of a failed read are not used: skip libnbd's memset. */
+  nbd_set_pread_initialize (c->nbd, false);
+  if (nbd_connect_uri (c->nbd, c->uri) == -1) {
+    fprintf (stderr, "%s: cannot connect to %s: %s\n", PROGRAM, c->uri,
+             nbd_get_error ());
+    return -1;
+  }
+  *size = nbd_get_size (c->nbd);
+  if (*size == -1) {
+    fprintf (stderr, "%s: %s: cannot get the export size: %s\n", PROGRAM,
+             c->uri, nbd_get_error ());
+    return -1;
+  }
+  return 0;
+}
+
+/* Whether the export behind c suits the run: the same size as the first
+ * connection's (which sets b->export_size), writable if the pattern
+ * writes, and taking requests of --size.
+ */
+static int
+check_export (struct bench *b, struct conn *c, int64_t size)
+{
+  const struct options *o = &b->opt;
+  int64_t max;
+
+  if (c->index == 0)
+    b->export_size = (uint64_t) size;
+  else if ((uint64_t) size != b->export_size) {
+    fprintf (stderr, "%s: %s has %" PRIi64 " bytes but %s has %" PRIu64
+             ": every connection must see the same export size\n",
+             PROGRAM, c->uri, size, b->conns[0].uri, b->export_size);
+    return -1;
+  }
+  if (o->pattern == PAT_MIXED && o->write_ratio > 0 &&
+      nbd_is_read_only (c->nbd) != 0) {
+    fprintf (stderr, "%s: %s: the export is read-only, but --pattern mixed "
+             "with --write-ratio %g writes: use a writable export or "
+             "--write-ratio 0\n", PROGRAM, c->uri, o->write_ratio);
+    return -1;
+  }
+  max = nbd_get_block_size (c->nbd, LIBNBD_SIZE_MAXIMUM);
+  if (max > 0 && o->size > (uint64_t) max) {
+    fprintf (stderr, "%s: %s: --size %" PRIu64 " is larger than the "
+             "server's maximum request size %" PRIi64 "\n", PROGRAM,
+             c->uri, o->size, max);
+    return -1;
+  }
+  return 0;
+}
+
+/* The watcher on c's socket (started later) and c's request slots. */
+static int
+prepare_io (struct conn *c, const struct options *o)
+{
+  unsigned j;
+  int fd;
+
+  fd = nbd_aio_get_fd (c->nbd);
+  if (fd == -1) {
+    fprintf (stderr, "%s: %s: nbd_aio_get_fd: %s\n", PROGRAM, c->uri,
+             nbd_get_error ());
+    return -1;
+  }
+  ev_io_init (&c->io, io_cb, fd, 0);
+  c->io.data = c;
+
+  c->slots = calloc (o->depth, sizeof *c->slots);
+  if (!c->slots) {
+    perror (PROGRAM ": calloc");
+    return -1;
+  }
+  for (j = 0; j < o->depth; j++) {
+    c->slots[j].conn = c;
+    c->slots[j].buf = malloc (o->size);
+    if (!c->slots[j].buf) {
+      perror (PROGRAM ": malloc");
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* On failure, what is set up so far is left for cleanup to free. */
 static int
 connect_all (struct bench *b)
 {
   const struct options *o = &b->opt;
-  unsigned i, j;
+  unsigned i;
 
   b->conns = calloc (o->connections, sizeof *b->conns);
   if (!b->conns) {
@@ -888,78 +1043,16 @@ connect_all (struct bench *b)
   for (i = 0; i < b->n_conns; i++) {
     struct conn *c = &b->conns[i];
     int64_t size;
-    int fd;
 
     c->index = i;
     c->uri = o->uris[i % o->n_uris];
     /* Streams i, i + C, i + 2C, ... below o->streams (>= C, checked). */
     if (o->pattern == PAT_INTERLEAVED)
       c->n_streams = (o->streams - i + o->connections - 1) / o->connections;
-    c->nbd = nbd_create ();
-    if (!c->nbd) {
-      fprintf (stderr, "%s: nbd_create: %s\n", PROGRAM, nbd_get_error ());
+    if (open_connection (c, &size) == -1 ||
+        check_export (b, c, size) == -1 ||
+        prepare_io (c, o) == -1)
       return -1;
-    }
-    /* The contents of a failed read are not used: skip libnbd's memset. */
-    nbd_set_pread_initialize (c->nbd, false);
-    if (nbd_connect_uri (c->nbd, c->uri) == -1) {
-      fprintf (stderr, "%s: cannot connect to %s: %s\n", PROGRAM, c->uri,
-               nbd_get_error ());
-      return -1;
-    }
-    size = nbd_get_size (c->nbd);
-    if (size == -1) {
-      fprintf (stderr, "%s: %s: cannot get the export size: %s\n", PROGRAM,
-               c->uri, nbd_get_error ());
-      return -1;
-    }
-    if (i == 0)
-      b->export_size = (uint64_t) size;
-    else if ((uint64_t) size != b->export_size) {
-      fprintf (stderr, "%s: %s has %" PRIi64 " bytes but %s has %" PRIu64
-               ": every connection must see the same export size\n",
-               PROGRAM, c->uri, size, b->conns[0].uri, b->export_size);
-      return -1;
-    }
-    if (o->pattern == PAT_MIXED && o->write_ratio > 0 &&
-        nbd_is_read_only (c->nbd) != 0) {
-      fprintf (stderr, "%s: %s: the export is read-only, but --pattern mixed "
-               "with --write-ratio %g writes: use a writable export or "
-               "--write-ratio 0\n", PROGRAM, c->uri, o->write_ratio);
-      return -1;
-    }
-    {
-      int64_t max = nbd_get_block_size (c->nbd, LIBNBD_SIZE_MAXIMUM);
-
-      if (max > 0 && o->size > (uint64_t) max) {
-        fprintf (stderr, "%s: %s: --size %" PRIu64 " is larger than the "
-                 "server's maximum request size %" PRIi64 "\n", PROGRAM,
-                 c->uri, o->size, max);
-        return -1;
-      }
-    }
-    fd = nbd_aio_get_fd (c->nbd);
-    if (fd == -1) {
-      fprintf (stderr, "%s: %s: nbd_aio_get_fd: %s\n", PROGRAM, c->uri,
-               nbd_get_error ());
-      return -1;
-    }
-    ev_io_init (&c->io, io_cb, fd, 0);
-    c->io.data = c;
-
-    c->slots = calloc (o->depth, sizeof *c->slots);
-    if (!c->slots) {
-      perror (PROGRAM ": calloc");
-      return -1;
-    }
-    for (j = 0; j < o->depth; j++) {
-      c->slots[j].conn = c;
-      c->slots[j].buf = malloc (o->size);
-      if (!c->slots[j].buf) {
-        perror (PROGRAM ": malloc");
-        return -1;
-      }
-    }
   }
   return 0;
 }
@@ -1062,67 +1155,86 @@ json_string (FILE *fp, const char *s)
   fputc ('"', fp);
 }
 
+/* The figures of a run, as both reports print them. */
+struct results {
+  uint64_t requests, bytes;
+  double secs, mbps, mibps, iops;
+  double p50, p90, p99, maxms, minms, mean;   /* latencies in ms */
+};
+
+/* Sorts b->latencies. */
 static void
-report (struct bench *b)
+summarise (struct bench *b, struct results *r)
 {
-  const struct options *o = &b->opt;
-  uint64_t requests = b->reads + b->writes;
-  uint64_t bytes = b->bytes_read + b->bytes_written;
   uint64_t elapsed_ns = b->last_completion_ns > b->start_ns
     ? b->last_completion_ns - b->start_ns : 0;
-  double secs = (double) elapsed_ns / 1e9;
-  double mbps = secs > 0 ? (double) bytes / secs / 1e6 : 0;
-  double mibps = secs > 0 ? (double) bytes / secs / 1048576.0 : 0;
-  double iops = secs > 0 ? (double) requests / secs : 0;
-  double p50, p90, p99, maxms, minms, mean = 0;
   size_t i;
 
-  qsort (b->latencies, b->n_latencies, sizeof *b->latencies, cmp_u64);
-  p50 = percentile_ms (b->latencies, b->n_latencies, 50);
-  p90 = percentile_ms (b->latencies, b->n_latencies, 90);
-  p99 = percentile_ms (b->latencies, b->n_latencies, 99);
-  maxms = percentile_ms (b->latencies, b->n_latencies, 100);
-  minms = b->n_latencies ? (double) b->latencies[0] / 1e6 : 0;
-  for (i = 0; i < b->n_latencies; i++)
-    mean += (double) b->latencies[i] / 1e6;
-  if (b->n_latencies)
-    mean /= (double) b->n_latencies;
+  r->requests = b->reads + b->writes;
+  r->bytes = b->bytes_read + b->bytes_written;
+  r->secs = (double) elapsed_ns / 1e9;
+  r->mbps = r->secs > 0 ? (double) r->bytes / r->secs / 1e6 : 0;
+  r->mibps = r->secs > 0 ? (double) r->bytes / r->secs / 1048576.0 : 0;
+  r->iops = r->secs > 0 ? (double) r->requests / r->secs : 0;
 
-  if (o->json) {
-    printf ("{\"program\": \"%s\", \"version\": \"%s\", \"uris\": [",
-            PROGRAM, PACKAGE_VERSION);
-    for (i = 0; i < o->n_uris; i++) {
-      if (i)
-        printf (", ");
-      json_string (stdout, o->uris[i]);
-    }
-    printf ("], \"pattern\": \"%s\", \"connections\": %u, \"depth\": %u, "
-            "\"request_size\": %" PRIu64 ", ",
-            pattern_names[o->pattern], b->n_conns, o->depth, o->size);
-    if (o->pattern == PAT_INTERLEAVED || o->pattern == PAT_MULTICONN)
-      printf ("\"streams\": %u, ", o->streams);
-    if (o->pattern == PAT_STRIDED)
-      printf ("\"stride_read\": %" PRIu64 ", \"stride_skip\": %" PRIu64 ", ",
-              o->stride_read, o->stride_skip);
-    if (o->pattern == PAT_MIXED)
-      printf ("\"write_ratio\": %g, ", o->write_ratio);
-    if (o->pattern == PAT_RANDOM || o->pattern == PAT_MIXED)
-      printf ("\"seed\": %" PRIu64 ", ", o->seed);
-    printf ("\"export_size\": %" PRIu64 ", \"offset\": %" PRIu64 ", "
-            "\"length\": %" PRIu64 ", ",
-            b->export_size, b->region_offset, b->blocks * o->size);
-    printf ("\"interrupted\": %s, \"requests\": %" PRIu64 ", "
-            "\"reads\": %" PRIu64 ", \"writes\": %" PRIu64 ", "
-            "\"bytes\": %" PRIu64 ", \"bytes_read\": %" PRIu64 ", "
-            "\"bytes_written\": %" PRIu64 ", \"elapsed_s\": %.6f, "
-            "\"mb_per_s\": %.3f, \"mib_per_s\": %.3f, \"iops\": %.1f, ",
-            b->interrupted ? "true" : "false", requests, b->reads, b->writes,
-            bytes, b->bytes_read, b->bytes_written, secs, mbps, mibps, iops);
-    printf ("\"latency_ms\": {\"min\": %.4f, \"mean\": %.4f, \"p50\": %.4f, "
-            "\"p90\": %.4f, \"p99\": %.4f, \"max\": %.4f}}\n",
-            minms, mean, p50, p90, p99, maxms);
-    return;
+  qsort (b->latencies, b->n_latencies, sizeof *b->latencies, cmp_u64);
+  r->p50 = percentile_ms (b->latencies, b->n_latencies, 50);
+  r->p90 = percentile_ms (b->latencies, b->n_latencies, 90);
+  r->p99 = percentile_ms (b->latencies, b->n_latencies, 99);
+  r->maxms = percentile_ms (b->latencies, b->n_latencies, 100);
+  r->minms = b->n_latencies ? (double) b->latencies[0] / 1e6 : 0;
+  r->mean = 0;
+  for (i = 0; i < b->n_latencies; i++)
+    r->mean += (double) b->latencies[i] / 1e6;
+  if (b->n_latencies)
+    r->mean /= (double) b->n_latencies;
+}
+
+static void
+report_json (const struct bench *b, const struct results *r)
+{
+  const struct options *o = &b->opt;
+  size_t i;
+
+  printf ("{\"program\": \"%s\", \"version\": \"%s\", \"uris\": [",
+          PROGRAM, PACKAGE_VERSION);
+  for (i = 0; i < o->n_uris; i++) {
+    if (i)
+      printf (", ");
+    json_string (stdout, o->uris[i]);
   }
+  printf ("], \"pattern\": \"%s\", \"connections\": %u, \"depth\": %u, "
+          "\"request_size\": %" PRIu64 ", ",
+          pattern_names[o->pattern], b->n_conns, o->depth, o->size);
+  if (o->pattern == PAT_INTERLEAVED || o->pattern == PAT_MULTICONN)
+    printf ("\"streams\": %u, ", o->streams);
+  if (o->pattern == PAT_STRIDED)
+    printf ("\"stride_read\": %" PRIu64 ", \"stride_skip\": %" PRIu64 ", ",
+            o->stride_read, o->stride_skip);
+  if (o->pattern == PAT_MIXED)
+    printf ("\"write_ratio\": %g, ", o->write_ratio);
+  if (o->pattern == PAT_RANDOM || o->pattern == PAT_MIXED)
+    printf ("\"seed\": %" PRIu64 ", ", o->seed);
+  printf ("\"export_size\": %" PRIu64 ", \"offset\": %" PRIu64 ", "
+          "\"length\": %" PRIu64 ", ",
+          b->export_size, b->region_offset, b->blocks * o->size);
+  printf ("\"interrupted\": %s, \"requests\": %" PRIu64 ", "
+          "\"reads\": %" PRIu64 ", \"writes\": %" PRIu64 ", "
+          "\"bytes\": %" PRIu64 ", \"bytes_read\": %" PRIu64 ", "
+          "\"bytes_written\": %" PRIu64 ", \"elapsed_s\": %.6f, "
+          "\"mb_per_s\": %.3f, \"mib_per_s\": %.3f, \"iops\": %.1f, ",
+          b->interrupted ? "true" : "false", r->requests, b->reads,
+          b->writes, r->bytes, b->bytes_read, b->bytes_written, r->secs,
+          r->mbps, r->mibps, r->iops);
+  printf ("\"latency_ms\": {\"min\": %.4f, \"mean\": %.4f, \"p50\": %.4f, "
+          "\"p90\": %.4f, \"p99\": %.4f, \"max\": %.4f}}\n",
+          r->minms, r->mean, r->p50, r->p90, r->p99, r->maxms);
+}
+
+static void
+report_text (const struct bench *b, const struct results *r)
+{
+  const struct options *o = &b->opt;
 
   printf ("pattern:     %s", pattern_names[o->pattern]);
   if (o->pattern == PAT_INTERLEAVED || o->pattern == PAT_MULTICONN)
@@ -1141,15 +1253,28 @@ report (struct bench *b)
           b->n_conns, b->n_conns == 1 ? "" : "s", o->depth, o->size,
           b->region_offset, b->blocks * o->size);
   printf ("requests:    %" PRIu64 " (%" PRIu64 " reads, %" PRIu64
-          " writes)%s\n", requests, b->reads, b->writes,
+          " writes)%s\n", r->requests, b->reads, b->writes,
           b->interrupted ? ", interrupted" : "");
   printf ("bytes:       %" PRIu64 " (%" PRIu64 " read, %" PRIu64
-          " written)\n", bytes, b->bytes_read, b->bytes_written);
-  printf ("elapsed:     %.3f s\n", secs);
-  printf ("throughput:  %.2f MB/s, %.2f MiB/s\n", mbps, mibps);
-  printf ("IOPS:        %.1f\n", iops);
+          " written)\n", r->bytes, b->bytes_read, b->bytes_written);
+  printf ("elapsed:     %.3f s\n", r->secs);
+  printf ("throughput:  %.2f MB/s, %.2f MiB/s\n", r->mbps, r->mibps);
+  printf ("IOPS:        %.1f\n", r->iops);
   printf ("latency ms:  p50 %.3f  p90 %.3f  p99 %.3f  max %.3f  "
-          "(min %.3f, mean %.3f)\n", p50, p90, p99, maxms, minms, mean);
+          "(min %.3f, mean %.3f)\n", r->p50, r->p90, r->p99, r->maxms,
+          r->minms, r->mean);
+}
+
+static void
+report (struct bench *b)
+{
+  struct results r;
+
+  summarise (b, &r);
+  if (b->opt.json)
+    report_json (b, &r);
+  else
+    report_text (b, &r);
 }
 
 static void

@@ -23,6 +23,10 @@ rc_read_init (struct rc_read *rd, uint64_t offset, uint64_t count,
   rd->user = NULL;
 }
 
+/* Over 80 lines on purpose: one loop over the read's pages whose cases
+ * (delivered by a trigger, a run of hits, one page's access) share the
+ * page and its tries, and read best side by side.
+ */
 int
 rc_read_path (const struct rc_read_ops *ops, void *opaque,
               struct rc_stats *st, unsigned shift, struct rc_read *rd,

@@ -116,96 +116,132 @@ struct writer {
   int first;
 };
 
+/* One item as a JSON member. */
+static void
+write_json_item (struct writer *w, enum item_kind kind, const char *key,
+                 const struct value *v)
+{
+  FILE *fp = w->fp;
+  int b;
+
+  fprintf (fp, "%s  \"%s\": ", w->first ? "" : ",\n", key);
+  w->first = 0;
+  if (kind == LABEL && strcmp (key, "version") == 0)
+    fprintf (fp, "\"%s\"", PACKAGE_VERSION);
+  else if (kind == LABEL && strcmp (key, "schema") == 0)
+    fprintf (fp, "%d", RC_STATS_SCHEMA);
+  else if (kind == LABEL)
+    fprintf (fp, "\"%s\"", w->ra_mode);
+  else if (v->branches) {
+    fprintf (fp, "{");
+    for (b = RA_A_INITIAL; b < RA_NR_BRANCHES; b++)
+      fprintf (fp, "%s\"%s\": %" PRIu64, b == RA_A_INITIAL ? " " : ", ",
+               ra_branch_name (b), STAT_GET (v, branches[b]));
+    fprintf (fp, " }");
+  }
+  else if (v->prec < 0)
+    fprintf (fp, "%" PRIu64, v->u);
+  else
+    fprintf (fp, "%.*f", v->prec, v->d);
+}
+
+/* One item as a Prometheus metric with its HELP and TYPE lines. */
+static void
+write_prometheus_item (struct writer *w, enum item_kind kind,
+                       const char *key, const char *help,
+                       const struct value *v)
+{
+  FILE *fp = w->fp;
+  const char *suffix = kind == COUNTER ? "_total" : "";
+  int b;
+
+  if (kind == LABEL) {
+    /* All three labels go on ra_cache_info, written with the first. */
+    if (w->first)
+      fprintf (fp, "# HELP ra_cache_info ra-cache version, stats schema "
+               "and readahead mode (always 1).\n"
+               "# TYPE ra_cache_info gauge\n"
+               "ra_cache_info{version=\"%s\",schema=\"%d\","
+               "ra_mode=\"%s\"} 1\n",
+               PACKAGE_VERSION, RC_STATS_SCHEMA, w->ra_mode);
+    w->first = 0;
+    return;
+  }
+  fprintf (fp, "# HELP ra_cache_%s%s %s\n", key, suffix, help);
+  fprintf (fp, "# TYPE ra_cache_%s%s %s\n", key, suffix,
+           kind == GAUGE ? "gauge" : "counter");
+  if (v->branches) {
+    for (b = RA_A_INITIAL; b < RA_NR_BRANCHES; b++)
+      fprintf (fp, "ra_cache_%s%s{branch=\"%s\"} %" PRIu64 "\n", key,
+               suffix, ra_branch_name (b), STAT_GET (v, branches[b]));
+  }
+  else if (v->prec < 0)
+    fprintf (fp, "ra_cache_%s%s %" PRIu64 "\n", key, suffix, v->u);
+  else
+    fprintf (fp, "ra_cache_%s%s %.*f\n", key, suffix, v->prec, v->d);
+}
+
+/* What goes before one key=value of LINE or one line of LIST: the prefix
+ * on every LIST line and at the start of the LINE, else a space.
+ */
+static void
+start_text_value (struct writer *w)
+{
+  if (w->f == LIST || w->first)
+    fputs (w->prefix, w->fp);
+  else
+    fputc (' ', w->fp);
+  w->first = 0;
+}
+
+/* One item as key=value in the LINE or key: value lines in the LIST;
+ * the labels are left out, and so are the items not in the summary
+ * under RC_STATS_SUMMARY_ONLY.
+ */
+static void
+write_text_item (struct writer *w, enum item_kind kind, const char *key,
+                 int summary, const struct value *v)
+{
+  FILE *fp = w->fp;
+  const char *sep = w->f == LINE ? "=" : ": ";
+  int b;
+
+  if (kind == LABEL || (!summary && (w->flags & RC_STATS_SUMMARY_ONLY)))
+    return;
+  if (v->branches) {
+    for (b = RA_A_INITIAL; b < RA_NR_BRANCHES; b++) {
+      start_text_value (w);
+      fprintf (fp, "%s.%s%s%" PRIu64 "%s", key, ra_branch_name (b), sep,
+               STAT_GET (v, branches[b]), w->f == LIST ? "\n" : "");
+    }
+    return;
+  }
+  start_text_value (w);
+  if (v->prec < 0)
+    fprintf (fp, "%s%s%" PRIu64, key, sep, v->u);
+  else
+    fprintf (fp, "%s%s%.*f", key, sep, v->prec, v->d);
+  if (w->f == LIST)
+    fputc ('\n', fp);
+}
+
 /* One item in w's format. */
 static void
 write_item (struct writer *w, enum item_kind kind, const char *key,
             int summary, const char *help, const struct value *v)
 {
-  FILE *fp = w->fp;
-  const char *suffix = kind == COUNTER ? "_total" : "";
-  const char *sep;
-  int b;
-
   if (v->absent)
     return;
   switch (w->f) {
   case JSON:
-    fprintf (fp, "%s  \"%s\": ", w->first ? "" : ",\n", key);
-    w->first = 0;
-    if (kind == LABEL && strcmp (key, "version") == 0)
-      fprintf (fp, "\"%s\"", PACKAGE_VERSION);
-    else if (kind == LABEL && strcmp (key, "schema") == 0)
-      fprintf (fp, "%d", RC_STATS_SCHEMA);
-    else if (kind == LABEL)
-      fprintf (fp, "\"%s\"", w->ra_mode);
-    else if (v->branches) {
-      fprintf (fp, "{");
-      for (b = RA_A_INITIAL; b < RA_NR_BRANCHES; b++)
-        fprintf (fp, "%s\"%s\": %" PRIu64, b == RA_A_INITIAL ? " " : ", ",
-                 ra_branch_name (b), STAT_GET (v, branches[b]));
-      fprintf (fp, " }");
-    }
-    else if (v->prec < 0)
-      fprintf (fp, "%" PRIu64, v->u);
-    else
-      fprintf (fp, "%.*f", v->prec, v->d);
+    write_json_item (w, kind, key, v);
     return;
-
   case PROMETHEUS:
-    if (kind == LABEL) {
-      /* All three labels go on ra_cache_info, written with the first. */
-      if (w->first)
-        fprintf (fp, "# HELP ra_cache_info ra-cache version, stats schema "
-                 "and readahead mode (always 1).\n"
-                 "# TYPE ra_cache_info gauge\n"
-                 "ra_cache_info{version=\"%s\",schema=\"%d\","
-                 "ra_mode=\"%s\"} 1\n",
-                 PACKAGE_VERSION, RC_STATS_SCHEMA, w->ra_mode);
-      w->first = 0;
-      return;
-    }
-    fprintf (fp, "# HELP ra_cache_%s%s %s\n", key, suffix, help);
-    fprintf (fp, "# TYPE ra_cache_%s%s %s\n", key, suffix,
-             kind == GAUGE ? "gauge" : "counter");
-    if (v->branches) {
-      for (b = RA_A_INITIAL; b < RA_NR_BRANCHES; b++)
-        fprintf (fp, "ra_cache_%s%s{branch=\"%s\"} %" PRIu64 "\n", key,
-                 suffix, ra_branch_name (b), STAT_GET (v, branches[b]));
-    }
-    else if (v->prec < 0)
-      fprintf (fp, "ra_cache_%s%s %" PRIu64 "\n", key, suffix, v->u);
-    else
-      fprintf (fp, "ra_cache_%s%s %.*f\n", key, suffix, v->prec, v->d);
+    write_prometheus_item (w, kind, key, help, v);
     return;
-
   case LINE:
   case LIST:
-    if (kind == LABEL || (!summary && (w->flags & RC_STATS_SUMMARY_ONLY)))
-      return;
-    sep = w->f == LINE ? "=" : ": ";
-    if (v->branches) {
-      for (b = RA_A_INITIAL; b < RA_NR_BRANCHES; b++) {
-        if (w->f == LIST || w->first)
-          fputs (w->prefix, fp);
-        else
-          fputc (' ', fp);
-        w->first = 0;
-        fprintf (fp, "%s.%s%s%" PRIu64 "%s", key, ra_branch_name (b), sep,
-                 STAT_GET (v, branches[b]), w->f == LIST ? "\n" : "");
-      }
-      return;
-    }
-    if (w->f == LIST || w->first)
-      fputs (w->prefix, fp);
-    else
-      fputc (' ', fp);
-    w->first = 0;
-    if (v->prec < 0)
-      fprintf (fp, "%s%s%" PRIu64, key, sep, v->u);
-    else
-      fprintf (fp, "%s%s%.*f", key, sep, v->prec, v->d);
-    if (w->f == LIST)
-      fputc ('\n', fp);
+    write_text_item (w, kind, key, summary, v);
     return;
   }
 }

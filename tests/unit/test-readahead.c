@@ -17,6 +17,7 @@
 #include <string.h>
 #include <check.h>
 
+#include "racache/congestion.h"
 #include "racache/readahead.h"
 #include "racache/readpath.h"
 
@@ -25,6 +26,10 @@
 #define SIM_PAGES 8192
 #define SIM_MAX_BATCHES 64
 #define SIM_LOG 256
+/* The fixed congestion threshold of the simulated backend: with this
+ * many reads in flight, a window's async part is dropped.
+ */
+#define SIM_CONG_THRESHOLD 4
 
 /* A window the read path decided, with what triggered it. */
 struct sim_win {
@@ -39,11 +44,15 @@ struct sim {
   bool async_label[SIM_PAGES];  /* the label submit inserted the page with */
   struct ra_state ra;
   struct ra_params p;
-  /* Congested backend: after each submit, drop the async part as
+  /* The congestion decision (rc_cong_decide, fixed threshold
+   * SIM_CONG_THRESHOLD) and the backend reads the test says are in
+   * flight (the sim's own reads complete at once).  After each submit
+   * that the decision does not let keep its async part, drop it as
    * src/cache.c does (the async batches past the client request are
    * removed from the cache and ra_drop_async shrinks the state).
    */
-  bool congested;
+  struct rc_cong cong;
+  unsigned inflight;
   /* The last submit. */
   struct rc_batch b[SIM_MAX_BATCHES];
   unsigned nb;
@@ -109,6 +118,7 @@ sim_new (unsigned shift, ra_pgoff ra_max, ra_pgoff io_max,
 
   ck_assert_ptr_nonnull (s);
   ra_state_init (&s->ra);
+  rc_cong_init (&s->cong, SIM_CONG_THRESHOLD, false, false);
   s->p.page_shift = shift;
   s->p.ra_max = ra_max;
   s->p.io_max = io_max;
@@ -164,21 +174,23 @@ sim_abandon (void *opaque, ra_pgoff start, ra_pgoff count)
 }
 
 /* One trigger: the decision of the shared read path (rc_read_decide),
- * submit, and (when congested) the drop step of src/cache.c for a
- * client request ending at page last = index + req.
+ * submit, and (when the congestion decision says so) the drop step of
+ * src/cache.c for a client request ending at page last = index + req.
  */
 static void
 sim_trigger (struct sim *s, ra_pgoff index, bool marker, ra_pgoff req,
              struct ra_window *w)
 {
   ra_pgoff last = index + req;
+  struct rc_cong_load load = { .executing = s->inflight };
 
   rc_read_decide (&s->ra, &s->p, &sim_ops, s, s->rd, index, marker, last,
                   NULL, w);
   s->nb = 0;
   s->dropped = 0;
   ra_submit (w, s->p.io_max, &sim_submit_ops, s, &s->res);
-  if (s->congested && s->res.async_pages > 0)
+  if (s->res.async_pages > 0 &&
+      rc_cong_decide (&s->cong, RC_CONG_KEEP, &load) != RC_CONG_GO)
     s->dropped = rc_drop_async_batches (&s->ra, w, last, s->b, &s->nb,
                                         sim_abandon, s);
   ck_assert_int_lt (s->nlog, SIM_LOG);
@@ -1026,7 +1038,7 @@ START_TEST (test_drop_continues_B)
   struct sim *s = sim_std ();
   struct ra_window w[4];
 
-  s->congested = true;
+  s->inflight = SIM_CONG_THRESHOLD;   /* congested */
   ck_assert_int_eq (sim_read_pages (s, 0, 4, w, 4), 1);
   ck_win (w[0], RA_A_INITIAL, 0, 8, 4, 4);
   ck_assert_uint_eq (s->dropped, 4);
@@ -1078,7 +1090,7 @@ START_TEST (test_drop_all_async_restart_B)
   struct ra_window w[4];
 
   ck_assert_int_eq (sim_read_pages (s, 0, 4, w, 4), 1);
-  s->congested = true;
+  s->inflight = SIM_CONG_THRESHOLD;   /* congested */
   ck_assert_int_eq (sim_read_pages (s, 4, 4, w, 4), 1);
   ck_win (w[0], RA_B_SEQUENTIAL, 8, 16, 16, 8);
   ck_assert_uint_eq (s->dropped, 16);
@@ -1086,7 +1098,7 @@ START_TEST (test_drop_all_async_restart_B)
   ck_assert (!s->cached[8]);
   ck_assert_uint_eq (sim_count_markers (s), 0);
 
-  s->congested = false;
+  s->inflight = 0;
   ck_assert_int_eq (sim_read_pages (s, 8, 4, w, 4), 1);
   ck_win (w[0], RA_B_SEQUENTIAL, 8, 8, 4, 12);
   ck_assert (!s->log[s->nlog - 1].marker);
