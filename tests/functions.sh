@@ -450,8 +450,14 @@ if [ -z "${ra_test_library:-}" ]; then
   # The filter as built (not installed).
   FILTER=$top_builddir/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so
   export top_srcdir top_builddir NBDKIT
-  # nbdsh runs "python3 -m nbd": the system python3 must come first.
+  # nbdsh runs "python3 -m nbd": the system python3 must come first;
+  # but a wrapper named nbdkit ($NBDKIT given as a path: the sanitizer
+  # build's tests/sanitizer-bin/nbdkit) must stay ahead of /usr/bin, for
+  # the tests that run nbdkit by name.
   PATH=/usr/bin:/bin:$PATH
+  case $NBDKIT in
+    */*) PATH=$(dirname "$NBDKIT"):$PATH ;;
+  esac
   export PATH
 
   requires timeout
