@@ -103,11 +103,7 @@ top=$(dirname "$here")
 : "${PYTHON:=/usr/bin/python3}"
 : "${RA_BENCH:=$top/build/ra-bench}"
 
-case "${1:-}" in
-  -h|--help) sed -n '2,/^$/s/^# \{0,1\}//p' "$0"; exit 0 ;;
-  "") ;;
-  *) bench_die "no arguments expected (configure with environment variables: $0 --help)" ;;
-esac
+bench_args "$@"
 
 [[ "$REPEAT" =~ ^[1-9][0-9]*$ ]] || bench_die "REPEAT must be a positive integer"
 read -r -a backend_args <<<"$BACKEND"

@@ -80,11 +80,7 @@ top=$(dirname "$here")
 : "${RESULTS:=}"
 : "${PYTHON:=/usr/bin/python3}"
 
-case "${1:-}" in
-  -h|--help) sed -n '2,/^$/s/^# \{0,1\}//p' "$0"; exit 0 ;;
-  "") ;;
-  *) bench_die "no arguments expected (configure with environment variables: $0 --help)" ;;
-esac
+bench_args "$@"
 
 [[ "$REPEAT" =~ ^[1-9][0-9]*$ ]] || bench_die "REPEAT must be a positive integer"
 read -r -a ra_cache_args <<<"$RA_CACHE_ARGS"

@@ -95,11 +95,7 @@ export PATH=$PATH:/usr/sbin:/sbin
 : "${RESULTS:=}"
 : "${PYTHON:=/usr/bin/python3}"
 
-case "${1:-}" in
-  -h|--help) sed -n '2,/^$/s/^# \{0,1\}//p' "$0"; exit 0 ;;
-  "") ;;
-  *) bench_die "no arguments expected (configure with environment variables: $0 --help)" ;;
-esac
+bench_args "$@"
 
 skip () { echo "fs.sh: SKIP: $*" >&2; exit 77; }
 [[ "$REPEAT" =~ ^[1-9][0-9]*$ ]] || bench_die "REPEAT must be a positive integer"

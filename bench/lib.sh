@@ -40,6 +40,17 @@ bench_die ()
   exit 1
 }
 
+# bench_args "$@": a benchmark takes no arguments (it is configured by
+# environment variables); -h or --help prints its header comment.
+bench_args ()
+{
+  case "${1:-}" in
+    -h|--help) sed -n '2,/^$/s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    "") ;;
+    *) bench_die "no arguments expected (configure with environment variables: $0 --help)" ;;
+  esac
+}
+
 # bench_init: make the private temporary directory (short: Unix socket
 # paths are limited to 107 bytes).
 bench_init ()

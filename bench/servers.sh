@@ -76,11 +76,7 @@ top=$(dirname "$here")
 : "${REPEAT:=3}"
 : "${RESULTS:=}"
 
-case "${1:-}" in
-  -h|--help) sed -n '2,/^$/s/^# \{0,1\}//p' "$0"; exit 0 ;;
-  "") ;;
-  *) bench_die "no arguments expected (configure with environment variables: $0 --help)" ;;
-esac
+bench_args "$@"
 
 [[ "$REPEAT" =~ ^[1-9][0-9]*$ ]] || bench_die "REPEAT must be a positive integer"
 [[ "$COUNT" =~ ^[1-9][0-9]*$ ]] || bench_die "COUNT must be a positive integer"
