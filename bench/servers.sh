@@ -26,6 +26,9 @@
 #   plain            no filter (only the delay)
 #   readahead+cache  --filter=readahead --filter=cache
 #   ra-cache         --filter=FILTER, defaults (plus RA_CACHE_ARGS)
+#   ra-cache-base    (only if named in CONFIGS) --filter=FILTER_BASE,
+#                    defaults (plus RA_CACHE_ARGS): another build, e.g.
+#                    main's, to measure a change before and after in one run
 #   ceiling          (only if named in CONFIGS) no filter, no delay
 #
 # The client: qemu-img bench sequential 64 KiB reads at depth 1 from offset
@@ -33,17 +36,14 @@
 # MB/s (10^6 bytes/s as qemu-img saw it), and in a second table CPU s per
 # GiB read (the front nbdkit's CPU s, user + system; its minor faults).
 #
-# Known: ra-cache's own background reads open the backend with the default
-# export name (""), which nbd-server refuses here; until that is fixed
-# the nbd-server row shows ra-cache without readahead, as it is.
-#
 # Environment (defaults in brackets):
 #   NBD_RDELAY [1ms]      delay of the nbd-server row
 #   CURL_RDELAY [2ms]     delay of the curl row
 #   EXPORT [bench]        the nbd-server export name
 #   ROWS ["nbd-server curl"]
-#   CONFIGS ["plain readahead+cache ra-cache"]   may add ceiling
+#   CONFIGS ["plain readahead+cache ra-cache"]   may add ra-cache-base, ceiling
 #   FILTER [build/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so]
+#   FILTER_BASE []        the filter of ra-cache-base
 #   RA_CACHE_ARGS []      extra ra-cache parameters
 #   COUNT [2048]          qemu-img bench requests (capped to DISK_SIZE)
 #   DISK_SIZE [256M]      the disk
@@ -69,6 +69,7 @@ top=$(dirname "$here")
 : "${ROWS:=nbd-server curl}"
 : "${CONFIGS:=plain readahead+cache ra-cache}"
 : "${FILTER:=$top/build/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so}"
+: "${FILTER_BASE:=}"
 : "${RA_CACHE_ARGS:=}"
 : "${COUNT:=2048}"
 : "${DISK_SIZE:=256M}"
@@ -110,6 +111,8 @@ done
 for c in $CONFIGS; do
   case "$c" in
     plain|readahead+cache|ra-cache|ceiling) ;;
+    ra-cache-base) [ -f "$FILTER_BASE" ] ||
+      bench_die "ra-cache-base needs FILTER_BASE (a built filter .so)" ;;
     *) bench_die "unknown configuration $c" ;;
   esac
 done
@@ -153,6 +156,7 @@ run_once ()
   case "$c" in
     readahead+cache) front=(--filter=readahead --filter=cache) ;;
     ra-cache) front=(--filter="$FILTER") ;;
+    ra-cache-base) front=(--filter="$FILTER_BASE") ;;
   esac
   rm -f "$bench_tmpdir"/*.log "$bench_tmpdir/front.rusage"
   case "$r" in
@@ -167,7 +171,7 @@ run_once ()
   esac
   [ "$c" = ceiling ] && delay=0
   front+=(--filter=delay "${plugin[@]}" rdelay="$delay")
-  [ "$c" = ra-cache ] && front+=("${ra_cache_args[@]}")
+  [[ $c == ra-cache* ]] && front+=("${ra_cache_args[@]}")
   if ! bench_start_timed front "${front[@]}"; then
     bench_stop_all
     cell[$r,$c]=FAIL; failed=1
@@ -235,7 +239,7 @@ done
 # ---- the tables ----------------------------------------------------------------
 ratio_cols=()
 if [[ " $CONFIGS " == *" ra-cache "* ]]; then
-  for c in ceiling readahead+cache plain; do
+  for c in ceiling readahead+cache plain ra-cache-base; do
     [[ " $CONFIGS " == *" $c "* ]] && ratio_cols+=("$c")
   done
 fi
@@ -269,6 +273,7 @@ echo
 echo "real-server benchmark: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $("$NBDKIT" --version), $(nbd-server -V 2>&1 | sed -n 's/.*version //p' | head -n 1 | sed 's/^/nbd-server /'), $(lighttpd -v 2>&1 | head -n 1 | cut -d' ' -f1)"
 echo "disk: $disk ($DISK_SIZE); front: nbdkit [filters] --filter=delay {nbd|curl} ... rdelay=D (ceiling: rdelay=0), Unix socket"
 echo "ra-cache: $FILTER${RA_CACHE_ARGS:+ $RA_CACHE_ARGS}$([ "$have_filter" = no ] && echo ' (NOT BUILT)')"
+[[ " $CONFIGS " == *" ra-cache-base "* ]] && echo "ra-cache-base: $FILTER_BASE"
 echo "client: qemu-img bench -f raw -t none -c $COUNT -d 1 -s 65536 (sequential 64 KiB, depth 1, $(( bytes / 1048576 )) MiB); median of $REPEAT run(s) by MB/s, fresh servers each"
 echo
 echo "MB/s (10^6 bytes/s)"

@@ -554,7 +554,9 @@ steal_job (struct rc_cache *c, struct rc_wait *w)
 /* ==== Background backend connections ===================================
  *
  * The workers share pool.n = min (ra-backend-connections, workers)
- * backend connections (contexts from worker_open).  One connector
+ * backend connections (contexts from worker_open; by default 1, or 4
+ * when a connection carries one call at a time: rc_backend_connections
+ * in racache/config.h).  One connector
  * thread opens them, one at a time, from the first rc_cache_connect on
  * (so that a client connected to the backend first), and reopens a
  * broken one with backoff (100 ms doubling to 5 s).  A worker takes a
@@ -1141,8 +1143,9 @@ pool_start (struct rc_cache *c, unsigned nworkers)
   int e;
 
   pthread_cond_init (&p->ccond, NULL);
-  p->n = c->cfg.backend_connections < nworkers
-    ? c->cfg.backend_connections : nworkers;
+  p->n = rc_backend_connections (&c->cfg, c->be.one_call_per_ctx);
+  if (p->n > nworkers)
+    p->n = nworkers;
   p->limit = p->n;
   if (p->n == 0)
     return 0;

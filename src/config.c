@@ -38,8 +38,9 @@ const struct rc_key rc_keys[] = {
   KEY ("ra-max-background", RC_KEY_UNSIGNED, max_background, "12",
        "1 to 256",
        "Background workers: async backend reads in flight, at most."),
-  KEY ("ra-backend-connections", RC_KEY_UNSIGNED, backend_connections, "4",
-       "0 to 256 (at most ra-max-background are used)",
+  KEY ("ra-backend-connections", RC_KEY_UNSIGNED, backend_connections,
+       "auto", "0 to 256 (at most ra-max-background are used), or auto: "
+       "1, or 4 with a plugin that runs one request at a time per connection",
        "Backend connections the background workers open and share."),
   KEY ("ra-congestion-threshold", RC_KEY_UNSIGNED, congestion_threshold,
        "9", "1 to ra-max-background (default: 3/4 of ra-max-background)",
@@ -67,7 +68,7 @@ rc_config_defaults (struct rc_config *c)
   c->ra_max = RC_DEFAULT_RA_MAX;
   c->io_max = RC_DEFAULT_IO_MAX;
   c->max_background = RC_DEFAULT_MAX_BACKGROUND;
-  c->backend_connections = RC_DEFAULT_BACKEND_CONNECTIONS;
+  c->backend_connections = RC_BACKEND_CONNECTIONS_AUTO;
   c->congestion_threshold = 0;  /* derived in rc_config_check */
   c->congestion = RC_CONGESTION_SKIP;
   c->mode = RA_MODE_ADAPTIVE;
@@ -251,11 +252,16 @@ rc_config_set (struct rc_config *c, const char *key, const char *value,
       return -1;
     }
   }
+  else if (FIELD_IS (k, backend_connections) && strcmp (value, "auto") == 0) {
+    c->backend_connections = RC_BACKEND_CONNECTIONS_AUTO;
+    return 0;
+  }
   else {
     errno = 0;
     if (value[0] < '0' || value[0] > '9' ||
         (v = strtoull (value, &end, 10), errno != 0) || *end != '\0') {
-      snprintf (err, len, "%s: '%s' is not a whole number", key, value);
+      snprintf (err, len, "%s: '%s' is not a whole number%s", key, value,
+                FIELD_IS (k, backend_connections) ? " or auto" : "");
       return -1;
     }
   }
@@ -312,7 +318,9 @@ rc_config_load_file (struct rc_config *c, const char *path,
       break;
     }
     case CONFIG_TYPE_STRING:
-      if (k->type == RC_KEY_UNSIGNED)
+      if (k->type == RC_KEY_UNSIGNED &&
+          !(FIELD_IS (k, backend_connections) &&
+            strcmp (config_setting_get_string (s), "auto") == 0))
         goto wrong_type;
       value = config_setting_get_string (s);
       break;
@@ -322,6 +330,7 @@ rc_config_load_file (struct rc_config *c, const char *path,
                 name,
                 k->type == RC_KEY_SIZE
                 ? "a size (an integer, or a string such as \"4M\")"
+                : FIELD_IS (k, backend_connections) ? "an integer or \"auto\""
                 : k->type == RC_KEY_UNSIGNED ? "an integer" : "a string");
       goto out;
     }
@@ -386,7 +395,8 @@ rc_config_check (struct rc_config *c, char *buf, size_t len)
               c->max_background, RC_MAX_BACKGROUND);
     return buf;
   }
-  if (c->backend_connections > RC_MAX_BACKGROUND) {
+  if (c->backend_connections > RC_MAX_BACKGROUND &&
+      c->backend_connections != RC_BACKEND_CONNECTIONS_AUTO) {
     snprintf (buf, len, "ra-backend-connections: %u must be from 0 to %u",
               c->backend_connections, RC_MAX_BACKGROUND);
     return buf;

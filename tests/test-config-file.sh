@@ -32,6 +32,19 @@ line=$(effective ra-cache-config="$d/good.conf" ra-max=1M)
 [[ $line == *"ra-max=1048576 "* ]] || fail "command line (after) did not override: $line"
 [[ $line == *"ra-io-max=262144 "* ]] || fail "other file keys kept: $line"
 
+# ra-backend-connections: a number or "auto" (1 for the memory plugin,
+# which runs requests in parallel), in the file and on the command line.
+line=$(effective)
+[[ $line == *"ra-backend-connections=1 "* ]] || fail "default connections: $line"
+printf 'ra-backend-connections = "auto";\n' > "$d/auto.conf"
+line=$(effective ra-cache-config="$d/auto.conf")
+[[ $line == *"ra-backend-connections=1 "* ]] || fail "file auto: $line"
+line=$(effective ra-cache-config="$d/auto.conf" ra-backend-connections=3)
+[[ $line == *"ra-backend-connections=3 "* ]] || fail "command line 3: $line"
+printf 'ra-backend-connections = 5;\n' > "$d/five.conf"
+line=$(effective ra-cache-config="$d/five.conf" ra-backend-connections=auto)
+[[ $line == *"ra-backend-connections=1 "* ]] || fail "command line auto: $line"
+
 expect_error () {  # expect_error REGEX ARGS...
   local want=$1; shift
   local out
@@ -47,6 +60,8 @@ bad unknown 'ra-max = "8M";\nra-maximum = 3;\n'
 expect_error "unknown.conf:2: ra-maximum: unknown key" ra-cache-config="$d/unknown.conf"
 bad type 'ra-max-background = "many";\n'
 expect_error "type.conf:1: ra-max-background: wrong type" ra-cache-config="$d/type.conf"
+bad conns 'ra-backend-connections = "many";\n'
+expect_error 'conns.conf:1: ra-backend-connections: wrong type: expected an integer or "auto"' ra-cache-config="$d/conns.conf"
 bad float 'ra-max = 8.5;\n'
 expect_error "float.conf:1: ra-max: wrong type" ra-cache-config="$d/float.conf"
 bad range '\n\nra-max-background = 1000;\n'
@@ -70,4 +85,6 @@ expect_error "ra-io-max: 100 must be from one page to 32M" ra-io-max=100
 expect_error "ra-max: .* is larger than half of ra-cache-size" ra-max=512M
 expect_error "ra-congestion-threshold: 13 must be from 1 to ra-max-background" ra-congestion-threshold=13
 expect_error "ra-max: .* is not a whole number of pages" ra-max=5000
+expect_error "ra-backend-connections: 'two' is not a whole number or auto" ra-backend-connections=two
+expect_error "ra-backend-connections: 300 must be from 0 to 256" ra-backend-connections=300
 info PASS

@@ -66,5 +66,9 @@ info "client_reads=$reads page_hits=$hits backend_reads=$breads inflight_high_wa
 (( hwm > 2 )) || fail "backend reads never overlapped (inflight_high_water=$hwm)"
 grep -q 'serializes requests per connection' "$tmpdir/front.log" ||
   fail "the log does not name the thread model"
+# One read at a time per curl context: the default opens 4 background
+# connections (1 for a plugin that carries many reads per connection).
+grep -q 'ra-backend-connections=4 ' "$tmpdir/front.log" ||
+  fail "the default background connections for curl are not 4: $(grep -o 'ra-backend-connections=[0-9]*' "$tmpdir/front.log")"
 grep -q 'Range\|GET' "$tmpdir/access.log" || fail "lighttpd logged no request"
 info "ok"

@@ -9,6 +9,7 @@
 #ifndef RACACHE_CONFIG_H
 #define RACACHE_CONFIG_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -31,13 +32,21 @@
 #define RC_DEFAULT_RA_MAX          (UINT64_C(8) << 20)
 #define RC_DEFAULT_IO_MAX          (UINT64_C(1) << 20)
 #define RC_DEFAULT_MAX_BACKGROUND  12u
-/* Backend connections the workers share (ra-backend-connections): the
- * nbd plugin (libnbd) and nbdkit's parallel plugins carry many reads at
- * once on one connection, so 4 connections keep 12 workers busy, while
- * servers that limit connections (qemu-nbd allows 1 by default, -e N)
- * keep slots for clients.
+/* Backend connections the workers share (ra-backend-connections).  The
+ * default is chosen when the workers start, from how the plugin runs
+ * requests: the nbd plugin (libnbd) and nbdkit's parallel plugins carry
+ * many reads at once on one connection, so one keeps 12 workers busy;
+ * every connection costs the server threads and buffers of its own (an
+ * nbdkit server: -t threads, each warming its own buffer; nbd-server: a
+ * process) that a short job pays for, and servers that limit
+ * connections (qemu-nbd allows 1 by default, -e N) keep slots for
+ * clients.  A plugin that runs one request at a time per connection
+ * (curl and ssh in nbdkit 1.32) gets RC_SERIAL_BACKEND_CONNECTIONS, so
+ * that that many reads run at once.
  */
-#define RC_DEFAULT_BACKEND_CONNECTIONS 4u
+#define RC_BACKEND_CONNECTIONS_AUTO   UINT_MAX
+#define RC_PARALLEL_BACKEND_CONNECTIONS 1u
+#define RC_SERIAL_BACKEND_CONNECTIONS 4u
 /* Adaptive mode: a stream's largest window is never below this (nor
  * below ra-max, if that is smaller): the kernel's default ra_pages.
  */
@@ -64,7 +73,9 @@ struct rc_config {
   uint64_t ra_max;            /* bytes, largest window; 0 = readahead off */
   uint64_t io_max;            /* bytes, largest backend read */
   unsigned max_background;    /* async backend reads in flight, at most */
-  unsigned backend_connections; /* the workers' own backend connections */
+  unsigned backend_connections; /* the workers' own backend connections;
+                                * RC_BACKEND_CONNECTIONS_AUTO: chosen by
+                                * the plugin's thread model */
   unsigned congestion_threshold; /* skip the async part at this many in flight;
                                   * 0 = 3/4 of max_background */
   enum rc_congestion_policy congestion; /* ra-congestion */
@@ -73,6 +84,20 @@ struct rc_config {
   char *stats_socket;         /* Unix socket serving JSON, or NULL */
   unsigned stats_interval;    /* seconds between summary log lines, 0 = off */
 };
+
+/* The backend connections the workers open (before the min with the
+ * number of workers): ra-backend-connections, or its default for a
+ * plugin that carries many requests per connection or one at a time
+ * (one_call_per_ctx).
+ */
+static inline unsigned
+rc_backend_connections (const struct rc_config *c, bool one_call_per_ctx)
+{
+  if (c->backend_connections != RC_BACKEND_CONNECTIONS_AUTO)
+    return c->backend_connections;
+  return one_call_per_ctx ? RC_SERIAL_BACKEND_CONNECTIONS
+    : RC_PARALLEL_BACKEND_CONNECTIONS;
+}
 
 /* The default ra-congestion-threshold: 3/4 of ra-max-background,
  * rounded up.

@@ -327,8 +327,10 @@ ra_cache_config_complete (nbdkit_next_config_complete *next,
   "ra-max-background=N         Background workers: async reads in flight\n" \
   "                            (default 12; 1 to 256).\n" \
   "ra-backend-connections=N    Backend connections the workers share\n" \
-  "                            (default 4; 0 to 256), opened once a\n" \
-  "                            client has connected.\n" \
+  "                            (default auto; 0 to 256), opened once a\n" \
+  "                            client has connected.  auto: 1, or 4 with\n" \
+  "                            a plugin that runs one request at a time\n" \
+  "                            per connection (curl, ssh).\n" \
   "ra-congestion-threshold=N   Skip async parts at N reads in flight\n" \
   "                            (default 9, 3/4 of ra-max-background;\n" \
   "                            1 to ra-max-background).\n" \
@@ -575,7 +577,8 @@ ra_cache_after_fork (nbdkit_backend *backend)
                 " ra-cache-stats-interval=%u",
                 cfg.mode == RA_MODE_ADAPTIVE ? "adaptive" : "kernel",
                 cfg.cache_size, cfg.page_size, cfg.ra_max, cfg.io_max,
-                cfg.max_background, cfg.backend_connections,
+                cfg.max_background,
+                rc_backend_connections (&cfg, serialize_requests),
                 cfg.congestion_threshold,
                 cfg.congestion == RC_CONGESTION_WAIT ? "wait" : "skip",
                 cfg.stats_interval);

@@ -36,6 +36,8 @@ struct opts {
   uint64_t page, cache, ra_max, io_max;
   unsigned bg, thresh;
   unsigned policy;
+  unsigned conns;               /* ra-backend-connections; 0: the default */
+  bool serial;                  /* the backend runs one call per context */
 };
 
 /* OPTS (.field = value, ...): the defaults below, with some overridden
@@ -90,12 +92,22 @@ bed_fake (uint64_t size)
 
 static struct rc_cache *mk_cache_nowait (struct fake *f, struct opts o);
 
+/* The connections the workers of a cache made with o open. */
+static unsigned
+opts_connections (struct opts o)
+{
+  unsigned n = o.conns ? o.conns
+    : o.serial ? RC_SERIAL_BACKEND_CONNECTIONS
+    : RC_PARALLEL_BACKEND_CONNECTIONS;
+
+  return n < o.bg ? n : o.bg;
+}
+
 static struct rc_cache *
 mk_cache (struct fake *f, struct opts o)
 {
   struct rc_cache *c = mk_cache_nowait (f, o);
-  unsigned want = o.bg < RC_DEFAULT_BACKEND_CONNECTIONS
-    ? o.bg : RC_DEFAULT_BACKEND_CONNECTIONS;
+  unsigned want = opts_connections (o);
   uint64_t deadline = now_ns () + PATIENCE_NS;
 
   /* Wait for the workers' connections, so that the first windows are
@@ -130,6 +142,9 @@ mk_cache_nowait (struct fake *f, struct opts o)
   cfg.max_background = o.bg;
   cfg.congestion_threshold = o.thresh;
   cfg.congestion = o.policy;
+  if (o.conns)
+    cfg.backend_connections = o.conns;
+  be.one_call_per_ctx = o.serial;
   bad = rc_config_check (&cfg, msg, sizeof msg);
   ck_assert_msg (bad == NULL, "config: %s", bad);
   c = rc_cache_new (&cfg, &be, cfg.max_background);
@@ -1596,7 +1611,8 @@ START_TEST (test_open_fails)
 
   struct fake *f = bed_fake (8 * MiB);
   f->open_fail = true;
-  c = mk_cache_nowait (f, OPTS (.ra_max = 256 * KiB, .io_max = 64 * KiB));
+  c = mk_cache_nowait (f, OPTS (.ra_max = 256 * KiB, .io_max = 64 * KiB,
+                                .conns = 4));
   s = rc_stream_new ();
   for (off = 0; off < 2 * MiB; off += 16 * KiB)
     RD_OK (c, s, f, off, 16 * KiB);
@@ -1661,6 +1677,48 @@ START_TEST (test_open_blocks)
 }
 END_TEST
 
+/* ra-backend-connections by default: one connection for a backend that
+ * carries many calls on one, four for one that runs one call at a time
+ * per connection (curl, ssh), never more than the workers; a value set
+ * wins.  Reads go on through each.
+ */
+START_TEST (test_conn_default)
+{
+  static const struct {
+    unsigned bg, conns;
+    bool serial;
+    unsigned want;
+  } cases[] = {
+    { 12, 0, false, 1 }, { 12, 0, true, 4 }, { 2, 0, true, 2 },
+    { 12, 3, false, 3 }, { 12, 2, true, 2 },
+  };
+  size_t i;
+
+  for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    struct rc_cache *c;
+    struct rc_stream *s;
+    uint64_t off;
+    struct fake *f = bed_fake (4 * MiB);
+
+    c = mk_cache (f, OPTS (.ra_max = 256 * KiB, .io_max = 64 * KiB,
+                           .bg = cases[i].bg, .thresh = cases[i].bg,
+                           .conns = cases[i].conns,
+                           .serial = cases[i].serial));
+    ck_assert_uint_eq (rc_cache_connections (c), cases[i].want);
+    s = rc_stream_new ();
+    for (off = 0; off < 2 * MiB; off += 64 * KiB)
+      RD_OK (c, s, f, off, 64 * KiB);
+    ASSERT_IDLE (c);
+    ck_assert_uint_gt (ST (c, async_pages), 0);
+    ck_assert_uint_eq (f->opened, cases[i].want);
+    rc_stream_free (s);
+    free_cache (c, f);
+    fake_free (f);
+    bed.has_fake = false;
+  }
+}
+END_TEST
+
 /* The backend restarts: the workers' connections fail with ENOTCONN,
  * are closed and reopened (counted), and the reader never sees it.
  */
@@ -1671,7 +1729,8 @@ START_TEST (test_conn_lost)
   uint64_t off;
 
   struct fake *f = bed_fake (16 * MiB);
-  c = mk_cache (f, OPTS (.ra_max = 256 * KiB, .io_max = 64 * KiB));
+  c = mk_cache (f, OPTS (.ra_max = 256 * KiB, .io_max = 64 * KiB,
+                         .conns = 4));
   s = rc_stream_new ();
   pthread_mutex_lock (&f->lock);
   f->fail_workers = true;
@@ -1773,6 +1832,7 @@ cache_suite (void)
   tcase_add_test (tc, test_open_fails);
   tcase_add_test (tc, test_open_blocks);
   tcase_add_test (tc, test_conn_lost);
+  tcase_add_test (tc, test_conn_default);
   tcase_set_timeout (tc, 120);
   suite_add_tcase (s, tc);
 
