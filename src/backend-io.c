@@ -345,6 +345,23 @@ rc_backend_read_pages (struct rc_cache *c, void *ctx, ra_pgoff start,
   return r;
 }
 
+/* A client's read around the cache (src/cache.c): a sync read straight
+ * into its buffer, no pages; queued async reads wait for it as for any
+ * sync read.
+ */
+int
+rc_backend_read_around (struct rc_cache *c, void *ctx, void *buf,
+                        uint32_t count, uint64_t offset, int *err)
+{
+  int r;
+
+  STAT_ADD (&c->stats, backend_reads_in_place, 1);
+  sync_read_start (c);
+  r = rc_backend_read_direct (c, ctx, buf, count, offset, err);
+  sync_read_end (c);
+  return r;
+}
+
 int
 rc_backend_read_pages_to (struct rc_cache *c, void *ctx, ra_pgoff start,
                           ra_pgoff count, char *dst, int *err)

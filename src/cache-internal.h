@@ -159,6 +159,8 @@ int rc_backend_read_bytes (struct rc_cache *c, void *ctx, void *buf,
                            uint32_t count, uint64_t offset, int *err);
 int rc_backend_read_direct (struct rc_cache *c, void *ctx, void *buf,
                             uint32_t count, uint64_t offset, int *err);
+int rc_backend_read_around (struct rc_cache *c, void *ctx, void *buf,
+                            uint32_t count, uint64_t offset, int *err);
 void rc_promote (struct rc_cache *c, ra_pgoff index);
 void rc_wait_init (struct rc_wait *w);
 void rc_wait_destroy (struct rc_wait *w);

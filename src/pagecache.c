@@ -771,6 +771,54 @@ rc_pc_drop_behind (struct rc_pagecache *pc, ra_pgoff from, ra_pgoff to)
     for_each_page (pc, from, to - from, drop_behind_one, NULL);
 }
 
+static void
+absent_one (struct rc_pagecache *pc, struct shard *s, ra_pgoff i,
+            void *argv)
+{
+  bool *absent = argv;
+
+  (void) pc;
+  if (*absent && lookup (s, i))
+    *absent = false;
+}
+
+/* The whole groups of [start, start + count): [*from, *to). */
+static bool
+whole_groups (ra_pgoff start, ra_pgoff count, ra_pgoff *from, ra_pgoff *to)
+{
+  ra_pgoff g = (ra_pgoff) 1 << GROUP_SHIFT;
+
+  *from = (start + g - 1) & ~(g - 1);
+  *to = (start + count) & ~(g - 1);
+  return *from < *to;
+}
+
+bool
+rc_pc_read_around_ok (struct rc_pagecache *pc, ra_pgoff start,
+                      ra_pgoff count)
+{
+  bool absent = true;
+  ra_pgoff i, from, to;
+
+  if (whole_groups (start, count, &from, &to))
+    for (i = from; i < to; i += (ra_pgoff) 1 << GROUP_SHIFT)
+      if (refault_test (pc, i))
+        return false;
+  for_each_page (pc, start, count, absent_one, &absent);
+  return absent;
+}
+
+void
+rc_pc_read_around_done (struct rc_pagecache *pc, ra_pgoff start,
+                        ra_pgoff count)
+{
+  ra_pgoff i, from, to;
+
+  if (whole_groups (start, count, &from, &to))
+    for (i = from; i < to; i += (ra_pgoff) 1 << GROUP_SHIFT)
+      refault_mark (pc, i);
+}
+
 ra_pgoff
 rc_pc_behind_pages (const struct rc_pagecache *pc)
 {

@@ -19,6 +19,7 @@ rc_read_init (struct rc_read *rd, uint64_t offset, uint64_t count,
   rd->first = offset >> shift;
   rd->last = (offset + count + ps - 1) >> shift;
   rd->done_start = rd->done_end = 0;
+  rd->done_missed = false;
   rd->copied_end = offset;
   rd->user = NULL;
 }
@@ -46,7 +47,10 @@ rc_read_path (const struct rc_read_ops *ops, void *opaque,
 
     if (i == rd->done_start && rd->done_end > i) {
       /* Delivered by a sync trigger: its page counted as a miss. */
-      STAT_ADD (st, page_hits, rd->done_end - i - (tries > 0));
+      if (rd->done_missed)
+        STAT_ADD (st, page_misses, rd->done_end - i - (tries > 0));
+      else
+        STAT_ADD (st, page_hits, rd->done_end - i - (tries > 0));
       i = rd->done_end;
       rd->done_end = 0;
       rd->copied_end = (i << shift) < end ? i << shift : end;

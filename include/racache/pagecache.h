@@ -139,6 +139,19 @@ void rc_pc_complete_used (struct rc_pagecache *pc, ra_pgoff start,
  */
 #define RC_PC_BEHIND_BYTES (UINT64_C (1) << 20)
 void rc_pc_drop_behind (struct rc_pagecache *pc, ra_pgoff from, ra_pgoff to);
+
+/* Read around the cache (a client whose own reads keep the backend busy
+ * reads its request straight into its buffer, src/cache.c): may
+ * [start, start + count) be read so?  Yes if none of its pages is cached
+ * or in flight and drop-behind or an earlier read around did not give
+ * back any whole group of it lately (data read again is kept, as after
+ * drop-behind).  rc_pc_read_around_done remembers the range's whole
+ * groups as given back.
+ */
+bool rc_pc_read_around_ok (struct rc_pagecache *pc, ra_pgoff start,
+                           ra_pgoff count);
+void rc_pc_read_around_done (struct rc_pagecache *pc, ra_pgoff start,
+                             ra_pgoff count);
 /* RC_PC_BEHIND_BYTES in pages (a quarter of the cache at most). */
 ra_pgoff rc_pc_behind_pages (const struct rc_pagecache *pc);
 

@@ -36,10 +36,12 @@ struct rc_read {
   ra_pgoff first, last;         /* pages [first, last) */
   /* Pages [done_start, done_end) a trigger already delivered to the
    * client (read straight into its buffer): they count as hits, but for
-   * the trigger's own page, which counted as a miss.  done_end == 0:
+   * the trigger's own page, which counted as a miss; as misses all if
+   * done_missed (read around the cache: never cached).  done_end == 0:
    * none.
    */
   ra_pgoff done_start, done_end;
+  bool done_missed;
   /* The byte after the bytes copied to the client so far, from offset
    * on: the kernel's iocb->ki_pos, which it stores in prev_pos after
    * each copied batch (rc_read_decide).
