@@ -92,6 +92,18 @@ bed_fake (uint64_t size)
 
 static struct rc_cache *mk_cache_nowait (struct fake *f, struct opts o);
 
+/* A counter of the fake that other threads change, read under its lock. */
+static unsigned
+fake_read (struct fake *f, const unsigned *field)
+{
+  unsigned v;
+
+  pthread_mutex_lock (&f->lock);
+  v = *field;
+  pthread_mutex_unlock (&f->lock);
+  return v;
+}
+
 /* The connections the workers of a cache made with o open. */
 static unsigned
 opts_connections (struct opts o)
@@ -1656,7 +1668,7 @@ START_TEST (test_open_blocks)
   RD_OK (c, s, f, 5 * MiB, 256 * KiB);
   ASSERT_IDLE (c);
   ck_assert (all_by_client (f, 0));
-  ck_assert_uint_eq (f->open_waiting, 1);
+  ck_assert_uint_eq (fake_read (f, &f->open_waiting), 1);
   t0 = now_ns ();
   rc_stream_free (s);
   rc_cache_free (c);
@@ -1669,10 +1681,15 @@ START_TEST (test_open_blocks)
   pthread_cond_broadcast (&f->cond);
   pthread_mutex_unlock (&f->lock);
   deadline = now_ns () + PATIENCE_NS;
-  while ((f->opened != f->closed || f->open_waiting) && now_ns () < deadline)
+  /* Read under the fake's lock: the connector thread changes them (and
+   * once closed == opened under that lock, it no longer touches the
+   * fake, which the fixture then frees).
+   */
+  while ((fake_read (f, &f->opened) != fake_read (f, &f->closed) ||
+          fake_read (f, &f->open_waiting)) && now_ns () < deadline)
     sleep_ns (1000000);
-  ck_assert_uint_eq (f->opened, 1);
-  ck_assert_uint_eq (f->closed, 1);
+  ck_assert_uint_eq (fake_read (f, &f->opened), 1);
+  ck_assert_uint_eq (fake_read (f, &f->closed), 1);
   sleep_ns (50000000);        /* let the connector thread exit */
 }
 END_TEST
