@@ -69,8 +69,16 @@ awk -v n="$lat_near" 'BEGIN { exit !(n > 0) }' ||
   fail "the backend without delay was not measured ($lat_near us)"
 { [ "$cap_far" -ge $((2 << 20)) ] && [ "$cap_far" -le $((8 << 20)) ]; } ||
   fail "10 ms backend: largest window $cap_far, not within 2M..8M"
-[ "$(file_stat "$tmpdir/a_far.json" async_skipped)" -eq 0 ] ||
-  fail "a lone sequential reader congested itself in adaptive mode"
+# A reader that congests itself skips the async part of nearly every
+# window (kernel mode with ra-congestion-threshold=4 here: 25 of about 30
+# windows).  Adaptive mode keeps a window one read below the threshold,
+# so a trigger that meets the previous window's reads and one more still
+# running or queued (a loaded machine: make distcheck saw one) may skip
+# once or twice; more is the failure.
+skipped=$(file_stat "$tmpdir/a_far.json" async_skipped)
+info "10 ms backend: async parts skipped: $skipped"
+[ "$skipped" -le 2 ] ||
+  fail "a lone sequential reader congested itself in adaptive mode ($skipped async parts skipped)"
 
 # ---- 2. kernel mode decides none of it ----------------------------------
 run_front k_far far -p seq -s 64K -d 1 -b 64M -- ra-mode=kernel
