@@ -454,10 +454,9 @@ static bool
 read_around_ok (struct rc_cache *c, const struct rc_read *rd,
                 const char *buf, ra_pgoff index, const struct ra_window *w)
 {
-  return rd && buf && index == rd->first && rd->copied_end == rd->offset &&
-    w->size > 0 && w->start == rd->first && w->async_size == 0 &&
-    w->start + w->size >= rd->last &&
-    rd->count <= UINT32_MAX &&
+  return rd && buf && index == rd->first &&
+    w->start == rd->first && w->size >= rd->last - rd->first &&
+    w->async_size == 0 &&
     rc_pc_read_around_ok (c->pc, rd->first, rd->last - rd->first);
 }
 

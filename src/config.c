@@ -155,6 +155,15 @@ is_pow2 (uint64_t v)
 
 #define FIELD_IS(k, field) ((k)->offset == offsetof (struct rc_config, field))
 
+/* Keys that also take the word "auto": ra-backend-connections
+ * (RC_BACKEND_CONNECTIONS_AUTO).
+ */
+static bool
+takes_auto (const struct rc_key *k)
+{
+  return FIELD_IS (k, backend_connections);
+}
+
 /* The range of one key on its own (checks across keys are in
  * rc_config_check), so that a bad value in a file is reported at its
  * line.
@@ -252,7 +261,7 @@ rc_config_set (struct rc_config *c, const char *key, const char *value,
       return -1;
     }
   }
-  else if (FIELD_IS (k, backend_connections) && strcmp (value, "auto") == 0) {
+  else if (takes_auto (k) && strcmp (value, "auto") == 0) {
     c->backend_connections = RC_BACKEND_CONNECTIONS_AUTO;
     return 0;
   }
@@ -261,7 +270,7 @@ rc_config_set (struct rc_config *c, const char *key, const char *value,
     if (value[0] < '0' || value[0] > '9' ||
         (v = strtoull (value, &end, 10), errno != 0) || *end != '\0') {
       snprintf (err, len, "%s: '%s' is not a whole number%s", key, value,
-                FIELD_IS (k, backend_connections) ? " or auto" : "");
+                takes_auto (k) ? " or auto" : "");
       return -1;
     }
   }
@@ -319,7 +328,7 @@ rc_config_load_file (struct rc_config *c, const char *path,
     }
     case CONFIG_TYPE_STRING:
       if (k->type == RC_KEY_UNSIGNED &&
-          !(FIELD_IS (k, backend_connections) &&
+          !(takes_auto (k) &&
             strcmp (config_setting_get_string (s), "auto") == 0))
         goto wrong_type;
       value = config_setting_get_string (s);
@@ -330,7 +339,7 @@ rc_config_load_file (struct rc_config *c, const char *path,
                 name,
                 k->type == RC_KEY_SIZE
                 ? "a size (an integer, or a string such as \"4M\")"
-                : FIELD_IS (k, backend_connections) ? "an integer or \"auto\""
+                : takes_auto (k) ? "an integer or \"auto\""
                 : k->type == RC_KEY_UNSIGNED ? "an integer" : "a string");
       goto out;
     }

@@ -139,6 +139,8 @@ void rc_pc_complete_used (struct rc_pagecache *pc, ra_pgoff start,
  */
 #define RC_PC_BEHIND_BYTES (UINT64_C (1) << 20)
 void rc_pc_drop_behind (struct rc_pagecache *pc, ra_pgoff from, ra_pgoff to);
+/* RC_PC_BEHIND_BYTES in pages (a quarter of the cache at most). */
+ra_pgoff rc_pc_behind_pages (const struct rc_pagecache *pc);
 
 /* Read around the cache (a client whose own reads keep the backend busy
  * reads its request straight into its buffer, src/cache.c): may
@@ -152,8 +154,6 @@ bool rc_pc_read_around_ok (struct rc_pagecache *pc, ra_pgoff start,
                            ra_pgoff count);
 void rc_pc_read_around_done (struct rc_pagecache *pc, ra_pgoff start,
                              ra_pgoff count);
-/* RC_PC_BEHIND_BYTES in pages (a quarter of the cache at most). */
-ra_pgoff rc_pc_behind_pages (const struct rc_pagecache *pc);
 
 /* Remove in-flight pages whose read will not be issued (the async part
  * skipped for congestion).  Returns how many were removed.
