@@ -20,9 +20,9 @@
  * Every backend read of pages, when it completes, is a sample for the
  * congestion estimator (src/congestion.c): its latency, its size and
  * the reads running when it started.  A worker starts an async job only
- * when rc_cong_decide says so: never while a client's own sync read
- * runs; in adaptive mode only while the estimated backend slots leave
- * one free for the next sync read (counted once per job as "held"); in
+ * when rc_cong_decide says so: in adaptive mode only while the
+ * estimated backend slots leave one free for the next sync read
+ * (counted once per job as "held"); in
  * kernel mode with ra-congestion=wait only below the congestion
  * threshold (counted once per job as "delayed").  Sync jobs always
  * start.
@@ -314,66 +314,32 @@ rc_bounce_free_all (struct rc_cache *c)
   }
 }
 
-/* A client's own sync read starts and ends: async jobs wait for it. */
-static void
-sync_read_start (struct rc_cache *c)
-{
-  atomic_fetch_add (&c->sync_reading, 1);
-}
-
-static void
-sync_read_end (struct rc_cache *c)
-{
-  if (atomic_fetch_sub (&c->sync_reading, 1) == 1 &&
-      atomic_load (&c->queued_async) > 0) {
-    ACQUIRE_LOCK (&c->qlock);
-    RELEASE_LOCK (&c->qlock);
-    pthread_cond_broadcast (&c->qcond);
-  }
-}
-
 int
 rc_backend_read_pages (struct rc_cache *c, void *ctx, ra_pgoff start,
                        ra_pgoff count, int *err)
 {
-  int r;
-
-  sync_read_start (c);
   inflight_add (c);
-  r = read_pages (c, ctx, start, count, NULL, true, err);
-  sync_read_end (c);
-  return r;
+  return read_pages (c, ctx, start, count, NULL, true, err);
 }
 
 /* A client's read around the cache (src/cache.c): a sync read straight
- * into its buffer, no pages; queued async reads wait for it as for any
- * sync read.
+ * into its buffer, no pages.
  */
 int
 rc_backend_read_around (struct rc_cache *c, void *ctx, void *buf,
                         uint32_t count, uint64_t offset, int *err)
 {
-  int r;
-
   STAT_ADD (&c->stats, backend_reads_in_place, 1);
-  sync_read_start (c);
-  r = rc_backend_read_direct (c, ctx, buf, count, offset, err);
-  sync_read_end (c);
-  return r;
+  return rc_backend_read_direct (c, ctx, buf, count, offset, err);
 }
 
 int
 rc_backend_read_pages_to (struct rc_cache *c, void *ctx, ra_pgoff start,
                           ra_pgoff count, char *dst, int *err)
 {
-  int r;
-
   STAT_ADD (&c->stats, backend_reads_in_place, 1);
-  sync_read_start (c);
   inflight_add (c);
-  r = read_pages_used (c, ctx, start, count, dst, true, true, err);
-  sync_read_end (c);
-  return r;
+  return read_pages_used (c, ctx, start, count, dst, true, true, err);
 }
 
 /* Does a client wait for a page of [start, start + count) whose job
@@ -474,8 +440,6 @@ dequeue (struct rc_cache *c, bool all)
     case RC_CONG_GO:
     case RC_CONG_COVERED:
       break;
-    case RC_CONG_HOLD_SYNC:
-      return NULL;              /* a client waits: speculation waits */
     case RC_CONG_HOLD_LIMIT:
       if (!j->delayed) {
         j->delayed = true;
@@ -1069,7 +1033,6 @@ rc_congestion (struct rc_cache *c, enum rc_cong_question q,
   struct rc_cong_load l = {
     .executing = atomic_load (&c->executing),
     .queued = atomic_load (&c->queued),
-    .sync_active = atomic_load (&c->sync_reading),
     .new_reads = q == RC_CONG_EARLY ? n : 0,
     .client_reads = q == RC_CONG_WINDOW ? n : 0,
     .client_bytes = client_bytes,

@@ -105,11 +105,6 @@ struct rc_cache {
   _Atomic uint64_t executing_bytes; /* their bytes (reads of pages) */
   _Atomic unsigned queued;
   _Atomic unsigned queued_async;
-  /* Backend reads a client is waiting for in its own thread (the sync
-   * part of its window): while any runs, workers start no async job, so
-   * that speculation does not share the backend with a waiting client.
-   */
-  _Atomic unsigned sync_reading;
 
   /* The background workers and their queue: sync jobs (a client waits)
    * always run before async jobs (speculation).

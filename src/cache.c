@@ -351,15 +351,31 @@ batch_in_client_buf (struct rc_cache *c, const struct rc_read *rd,
   return from >= rd->offset && from < to && to <= rd->offset + rd->count;
 }
 
-/* Issue the batches: async ones to the workers, sync ones read now, by
- * this thread and (when there are several) by workers in parallel.
+/* Issue the batches: sync ones read now, by this thread and (when there
+ * are several) by workers in parallel, then async ones to the workers.
  * The first sync batches, when they lie one after the other inside the
  * client's buffer (rd, buf), are one backend read straight into it,
  * however many io_max batches they are: a client's 2M read is one 2M
  * backend read, as without the filter, not 1M here and 1M through a
  * worker.  (The glue still splits it at the backend's own maximum block
- * size.)  Returns 0, or -1 with *err if a sync read failed.
+ * size.)  A window's async part is queued once its sync part has been
+ * read (whether or not that read failed: its pages are in flight and
+ * must be read or given up), so that it never shares the backend with
+ * the sync read its client waits for; a window without a sync part (an
+ * async trigger) is queued at once.  A client that meanwhile waits for
+ * an async page finds its job promoted when it is queued (rc_promote).
+ * Returns 0, or -1 with *err if a sync read failed.
  */
+static void
+queue_async (struct rc_cache *c, const struct batches *bs)
+{
+  unsigned i;
+
+  for (i = 0; i < bs->n; i++)
+    if (bs->b[i].async)
+      rc_queue_job (c, bs->b[i].start, bs->b[i].count, true, NULL);
+}
+
 static int
 issue_batches (struct rc_cache *c, void *ctx, struct batches *bs,
                struct rc_read *rd, char *buf, int *err)
@@ -370,13 +386,13 @@ issue_batches (struct rc_cache *c, void *ctx, struct batches *bs,
   ra_pgoff start, count;
   int r = 0;
 
-  for (i = 0; i < bs->n; i++)
-    if (bs->b[i].async)
-      rc_queue_job (c, bs->b[i].start, bs->b[i].count, true, NULL);
-    else if (first == -1)
+  for (i = 0; i < bs->n && first == -1; i++)
+    if (!bs->b[i].async)
       first = i;
-  if (first == -1)
+  if (first == -1) {
+    queue_async (c, bs);
     return 0;
+  }
 
   /* The sync batches [first, last] read by this thread. */
   start = bs->b[first].start;
@@ -418,6 +434,7 @@ issue_batches (struct rc_cache *c, void *ctx, struct batches *bs,
       r = -1;
     }
   }
+  queue_async (c, bs);
   return r;
 }
 

@@ -188,9 +188,6 @@ rc_cong_decide (const struct rc_cong *e, enum rc_cong_question q,
 
   switch (q) {
   case RC_CONG_ISSUE:
-    /* A client waits for its own read: speculation waits too. */
-    if (l->sync_active > 0)
-      return RC_CONG_HOLD_SYNC;
     if (!e->learn)
       return e->wait && l->executing >= e->limit
         ? RC_CONG_HOLD_LIMIT : RC_CONG_GO;

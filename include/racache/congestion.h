@@ -35,11 +35,16 @@
  * The decision (rc_cong_decide) answers these questions about
  * speculation (async reads; a client's sync reads are never held back):
  *
- *  - RC_CONG_ISSUE: may a worker start a queued async read now?  Never
- *    while a client's own sync read runs.  With learning, only while the
- *    reads running leave, after it, one of the estimated slots free for
- *    the next sync read (or none run at all).  With ra-congestion=wait
- *    (either mode), only below the fixed threshold (HOLD_LIMIT).
+ *  - RC_CONG_ISSUE: may a worker start a queued async read now?  With
+ *    learning, only while the reads running leave, after it, one of the
+ *    estimated slots free for the next sync read (or none run at all).
+ *    With ra-congestion=wait (either mode), only below the fixed
+ *    threshold (HOLD_LIMIT).  Other clients' sync reads running do not
+ *    hold it back by themselves (they count among the reads running):
+ *    a random reader that always has a read in flight would let
+ *    speculation out only at the instants its reads end, each time
+ *    together with its next read.  A window's own async part is queued
+ *    after its sync part has been read (src/cache.c, issue_batches).
  *  - RC_CONG_WINDOW: may a client's trigger have a window beyond its
  *    request at all?  With learning, not when the client keeps several
  *    reads in flight whose bytes already cover the backend's
@@ -104,7 +109,6 @@ struct rc_cong_sample {
 struct rc_cong_load {
   unsigned executing;           /* backend reads running now */
   unsigned queued;              /* jobs waiting for a worker */
-  unsigned sync_active;         /* clients' own sync reads running now */
   unsigned new_reads;           /* EARLY: the reads the window would add */
   unsigned client_reads;        /* WINDOW: the reads the client keeps in
                                  * flight ... */
@@ -121,7 +125,6 @@ enum rc_cong_question {
 
 enum rc_cong_answer {
   RC_CONG_GO = 0,
-  RC_CONG_HOLD_SYNC,            /* a client's own sync read runs */
   RC_CONG_HOLD_LIMIT,           /* the fixed threshold */
   RC_CONG_HOLD_ESTIMATE,        /* the learned slots are in use */
   RC_CONG_COVERED,              /* the client's reads cover the BDP */

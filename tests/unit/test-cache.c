@@ -744,6 +744,103 @@ START_TEST (test_congestion_skip)
 }
 END_TEST
 
+/* Does a logged request touch [lo, hi)? */
+static bool
+logged_in (struct fake *f, uint64_t lo, uint64_t hi)
+{
+  size_t got, i;
+  struct req *r = fake_reqs_since (f, 0, &got);
+  bool hit = false;
+
+  for (i = 0; i < got; i++)
+    if (r[i].offset < hi && r[i].offset + r[i].count > lo)
+      hit = true;
+  free (r);
+  return hit;
+}
+
+/* Wait (PATIENCE_NS at most) until a request touching [lo, hi) is
+ * logged.
+ */
+static bool
+logged_soon (struct fake *f, uint64_t lo, uint64_t hi)
+{
+  uint64_t deadline = now_ns () + PATIENCE_NS;
+
+  do {
+    if (logged_in (f, lo, hi))
+      return true;
+    sleep_ns (200000);
+  } while (now_ns () < deadline);
+  return false;
+}
+
+/* A window's async part is queued once its own sync part has been
+ * read: while the client's sync read is held, its async part (pages
+ * 4-7 of the first window) is not read; after it, it is.
+ */
+START_TEST (test_async_after_own_sync)
+{
+  const uint64_t P = 4096;
+  struct rc_cache *c;
+  struct rc_stream *s;
+  struct bg_read b;
+
+  struct fake *f = bed_fake (4 * MiB);
+  c = mk_cache (f, OPTS ());
+  s = rc_stream_new ();
+  fake_set_gate (f, true, 0, 4 * P);
+  bg_read_start (&b, c, s, f, 0, 16 * KiB);
+  ck_assert (fake_wait_blocked (f, 1));
+  sleep_ns (100000000);         /* time enough for a worker to start it */
+  ck_assert_msg (!logged_in (f, 4 * P, 8 * P),
+                 "the async part was read before its own sync part");
+  fake_set_gate (f, false, 0, 0);
+  bg_read_join (&b);
+  ck_assert_int_eq (b.r, 0);
+  check_now (f, b.buf, b.off, b.len);
+  free (b.buf);
+  ck_assert_uint_eq (ST (c, windows[RA_A_INITIAL]), 1);
+  ck_assert (logged_soon (f, 4 * P, 8 * P));
+  ASSERT_IDLE (c);
+  rc_stream_free (s);
+}
+END_TEST
+
+/* Another client's sync read does not hold speculation back: while a
+ * random reader's read is held at the backend, a new stream's first
+ * window has its async part read.
+ */
+START_TEST (test_async_beside_others_sync)
+{
+  const uint64_t P = 4096;
+  struct rc_cache *c;
+  struct rc_stream *random, *s;
+  struct bg_read b;
+
+  struct fake *f = bed_fake (4 * MiB);
+  c = mk_cache (f, OPTS ());
+  random = rc_stream_new ();
+  s = rc_stream_new ();
+  fake_set_gate (f, true, 512 * P, 1024 * P);
+  bg_read_start (&b, c, random, f, 700 * P, P);
+  ck_assert (fake_wait_blocked (f, 1));
+  RD_OK (c, s, f, 0, 16 * KiB);
+  ck_assert_uint_eq (ST (c, windows[RA_A_INITIAL]), 1);
+  ck_assert_msg (logged_soon (f, 4 * P, 8 * P),
+                 "the async part waited for another client's read");
+  ck_assert_uint_eq (fake_read (f, &f->gate_blocked), 1);
+  fake_set_gate (f, false, 0, 0);
+  bg_read_join (&b);
+  ck_assert_int_eq (b.r, 0);
+  check_now (f, b.buf, b.off, b.len);
+  free (b.buf);
+  ASSERT_IDLE (c);
+  rc_stream_free (s);
+  rc_stream_free (random);
+}
+END_TEST
+
 /* A slow backend and a low threshold, no gate: skips happen, nothing
  * leaks, the data is right.
  */
@@ -1810,6 +1907,8 @@ cache_suite (void)
   tcase_add_test (tc, test_congestion_skip);
   tcase_add_test (tc, test_congestion_slow);
   tcase_add_test (tc, test_congestion_wait);
+  tcase_add_test (tc, test_async_after_own_sync);
+  tcase_add_test (tc, test_async_beside_others_sync);
   tcase_set_timeout (tc, 120);
   suite_add_tcase (s, tc);
 

@@ -115,11 +115,6 @@ fake_run (struct fake *f, struct rc_cong *e, unsigned reads,
     while (async_bytes > 0) {
       struct rc_cong_load l = {
         .executing = f->n, .queued = 1,
-        /* The driver's client sync reads run in other threads: they do
-         * not hold speculation back here (backend-io.c's rule of a sync
-         * read running is tested apart), only the estimate does.
-         */
-        .sync_active = 0,
       };
       enum rc_cong_answer a = rc_cong_decide (e, RC_CONG_ISSUE, &l);
 
@@ -304,7 +299,7 @@ START_TEST (test_decide_rules)
   ck_assert_int_eq (rc_cong_decide (&ks, RC_CONG_EARLY, &l), RC_CONG_GO);
 
   /* Kernel mode, wait: keeps every async part, starts below the
-   * threshold; never while a sync read runs.
+   * threshold (the reads running may be clients' sync reads).
    */
   rc_cong_init (&k, 9, false, true);
   l.executing = 20; l.queued = 20;
@@ -313,9 +308,6 @@ START_TEST (test_decide_rules)
   ck_assert_int_eq (rc_cong_decide (&k, RC_CONG_ISSUE, &l), RC_CONG_HOLD_LIMIT);
   l.executing = 8;
   ck_assert_int_eq (rc_cong_decide (&k, RC_CONG_ISSUE, &l), RC_CONG_GO);
-  l.sync_active = 1;
-  ck_assert_int_eq (rc_cong_decide (&k, RC_CONG_ISSUE, &l), RC_CONG_HOLD_SYNC);
-  l.sync_active = 0;
 
   /* Learning: starts at the limit, keeping one slot for a sync read;
    * with nothing running an async read always may start.
