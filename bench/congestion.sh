@@ -19,6 +19,12 @@
 #
 # Fronts (columns, CONFIGS):
 #   plain      no filter
+#   spread     no filter, the sequential reader's 64 KiB reads spread
+#              over SPREAD connections at depth 2 (16: 32 reads in
+#              flight), so that it moves about what ra-cache's reader
+#              moves with no cache at all: the random p99 next to it is
+#              what that throughput alone costs on this machine (CPU,
+#              sockets), whoever reads ahead
 #   ra-off     ra-cache ra-max=0 (cache, no readahead)
 #   fixed      ra-cache ra-mode=kernel: the fixed congestion threshold
 #              (ra-congestion-threshold, 9), as before the estimator
@@ -35,7 +41,7 @@
 #
 # Usage: bench/congestion.sh   (env: BACKENDS ["t1 t2 t4 t16 rate"],
 #        CONFIGS ["plain ra-off fixed learned"], RDELAY [3ms], RATE [400M],
-#        DURATION [6], REPEAT [3], RANDOM_DEPTH [1], BUILD [build],
+#        DURATION [6], REPEAT [3], RANDOM_DEPTH [1], SPREAD [16], BUILD [build],
 #        FILTER_BASE, RA_CACHE_ARGS, RESULTS [a TSV file of every run])
 # About DURATION + 3 s per run: 7 minutes with the defaults.
 set -euo pipefail
@@ -50,6 +56,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 : "${DURATION:=6}"
 : "${REPEAT:=3}"
 : "${RANDOM_DEPTH:=1}"
+: "${SPREAD:=16}"
 : "${RA_CACHE_ARGS:=}"
 : "${FILTER_BASE:=}"
 : "${RESULTS:=}"
@@ -64,6 +71,7 @@ trap bench_cleanup EXIT
 
 declare -A front=(
   [plain]=""
+  [spread]=""
   [ra-off]="--filter=$filter"
   [fixed]="--filter=$filter"
   [learned]="--filter=$filter"
@@ -71,6 +79,7 @@ declare -A front=(
 )
 declare -A params=(
   [plain]=""
+  [spread]=""
   [ra-off]="ra-max=0"
   [fixed]="ra-mode=kernel"
   [learned]=""
@@ -101,7 +110,9 @@ for be in $BACKENDS; do
     bench_start back "${bargs[@]}" || bench_die "backend failed"
     stats=
     # shellcheck disable=SC2086
-    if [ "$cfg" != plain ]; then
+    seqargs=(-d 1)
+    [ "$cfg" != spread ] || seqargs=(-c "$SPREAD" -d 2)
+    if [ -n "${front[$cfg]}" ]; then
       stats=$bench_tmpdir/ra.json
       rm -f "$stats"
       bench_start front ${front[$cfg]} nbd socket="$(bench_sock back)" \
@@ -110,7 +121,7 @@ for be in $BACKENDS; do
       bench_start front nbd socket="$(bench_sock back)" || bench_die "front failed"
     fi
     uri=$(bench_uri front)
-    timeout $((DURATION + 60)) "$bench" --json -u "$uri" -p seq -s 64K -d 1 -t "$DURATION" \
+    timeout $((DURATION + 60)) "$bench" --json -u "$uri" -p seq -s 64K "${seqargs[@]}" -t "$DURATION" \
       > "$bench_tmpdir/seq.json" &
     spid=$!
     timeout $((DURATION + 60)) "$bench" --json -u "$uri" -p random -s 4K -d "$RANDOM_DEPTH" \
@@ -152,6 +163,7 @@ echo
 for be in $BACKENDS; do
   for cfg in $CONFIGS; do
     case "$cfg" in plain|ra-off) continue ;; esac
+    # spread has no front of ours: its line is the machine's own cost.
     [ -n "${p99[$be.ra-off]:-}" ] && [ -n "${seq[$be.plain]:-}" ] || continue
     $py -c "import sys; a,b,c,d=map(float,sys.argv[3:7]); print('%-7s %-8s random p99 %.2fx of ra-off; sequential %.2fx of plain' % (sys.argv[1], sys.argv[2], a/b, c/d))" \
       "$be" "$cfg" "${p99[$be.$cfg]}" "${p99[$be.ra-off]}" "${seq[$be.$cfg]}" "${seq[$be.plain]}"
