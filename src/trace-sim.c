@@ -24,7 +24,9 @@
  * clock (ns).  There is one client timeline: the reads are replayed one
  * after another in trace order, whatever their stream, --client-gap
  * apart.  Each backend read (a batch of ra_submit) is issued at the
- * clock of its trigger and computed at once, first come first served:
+ * clock of its trigger (a window's async batches once its sync batches
+ * are complete, as the filter queues them) and computed at once, first
+ * come first served:
  * it starts when one of --parallel slots is free (at or after its issue),
  * its transfer starts after the latency and once the link is free (one
  * link, transfers serialized on it), and it completes after its bytes /
@@ -267,9 +269,12 @@ transfer_ns (const struct sim *s, uint64_t bytes)
   return ns > UINT64_MAX ? UINT64_MAX : (uint64_t) ns;
 }
 
-/* Issue a backend read of pages [start, start + count) now. */
-static void
-issue_batch (struct sim *s, ra_pgoff start, ra_pgoff count)
+/* Issue a backend read of pages [start, start + count) now, or at
+ * not_before if that is later; returns when it completes.
+ */
+static uint64_t
+issue_batch (struct sim *s, ra_pgoff start, ra_pgoff count,
+             uint64_t not_before)
 {
   uint64_t from = start << s->p.page_shift;
   uint64_t to = (start + count) << s->p.page_shift;
@@ -285,13 +290,15 @@ issue_batch (struct sim *s, ra_pgoff start, ra_pgoff count)
   if (!s->timed) {              /* instant: up to date at once */
     ra_model_sample (&s->model, count, 0);
     rc_pc_complete (s->pc, start, count, NULL, 0, 0);
-    return;
+    return s->now;
   }
   /* The slot free first; the read starts there, at or after now. */
   for (k = 1; k < s->tm.parallel; k++)
     if (s->slot_free[k] < s->slot_free[slot])
       slot = k;
-  begin = s->slot_free[slot] > s->now ? s->slot_free[slot] : s->now;
+  if (not_before < s->now)
+    not_before = s->now;
+  begin = s->slot_free[slot] > not_before ? s->slot_free[slot] : not_before;
   done = clock_add (begin, s->tm.latency_ns);
   if (s->tm.bandwidth) {
     if (done < s->link_free)
@@ -306,6 +313,7 @@ issue_batch (struct sim *s, ra_pgoff start, ra_pgoff count)
   r.start = start;
   r.count = count;
   heap_push (s, &r);
+  return done;
 }
 
 /* Backend reads issued and not complete (the filter's executing +
@@ -373,6 +381,7 @@ trigger (struct sim *s, struct ra_state *ra, ra_pgoff index, bool marker,
   uint64_t issued;
   char mbuf[24];
   unsigned b;
+  uint64_t sync_done = 0;
 
   struct ra_inputs in;
   struct rc_cong_load load = { .executing = 0 };
@@ -402,9 +411,21 @@ trigger (struct sim *s, struct ra_state *ra, ra_pgoff index, bool marker,
       STAT_ADD (&s->st, async_skipped_pages, dropped);
     }
   }
+  /* The sync batches now; the async ones once the sync part is read,
+   * as src/cache.c (issue_batches) queues them.
+   */
   issued = s->nbatches;
   for (b = 0; b < s->nbatches; b++)
-    issue_batch (s, s->batches[b].start, s->batches[b].count);
+    if (!s->batches[b].async) {
+      uint64_t done = issue_batch (s, s->batches[b].start,
+                                   s->batches[b].count, s->now);
+
+      if (done > sync_done)
+        sync_done = done;
+    }
+  for (b = 0; b < s->nbatches; b++)
+    if (s->batches[b].async)
+      issue_batch (s, s->batches[b].start, s->batches[b].count, sync_done);
   s->nbatches = 0;
 
   if (marker)

@@ -253,17 +253,19 @@ check_range ()
     fail "$1: $2 is not within [$3, $4]"
 }
 
-# Kernel mode, ra-max 128K: the first window (0/32/16) is two requests
-# issued at 0; the client reads the sync part at 20 ms + 64K / 1 GiB/s =
-# 20.061036 ms and meets the marker there (window 2), then waits for the
-# async part (20.122 ms) and meets window 2's marker at once (window 3).
+# Kernel mode, ra-max 128K: the first window (0/32/16) is two requests,
+# its sync part issued at 0 and its async part once that is read (as the
+# filter queues it); the client reads the sync part at 20 ms + 64K /
+# 1 GiB/s = 20.061036 ms and meets the marker there (window 2), then
+# waits for the async part (40.122 ms) and meets window 2's marker at
+# once (window 3).
 "$RA_TRACE" --mode=kernel --ra-max=128K $timed "$tmpdir/seq.trace" > "$tmpdir/k20.out"
 grep -q '^# timing: mode=kernel latency-ns=20000000 bandwidth=1073741824 parallel=12 client-gap-ns=0 congestion-threshold=9$' \
   "$tmpdir/k20.out" || fail "kernel 20 ms: no or wrong '# timing:' line"
 [ "$(rows "$tmpdir/k20.out" | head -n 3)" = "\
 1 0 sync A 0 32 16 16 32 2 0.000
 2 0 async B 32 32 32 32 32 1 20.061
-3 0 async B 64 32 32 64 32 1 20.122" ] ||
+3 0 async B 64 32 32 64 32 1 40.122" ] ||
   fail "kernel 20 ms: first windows: $(rows "$tmpdir/k20.out" | head -n 3)"
 expect_summary "$tmpdir/k20.out" "page misses" 1 "kernel 20 ms"
 expect_summary "$tmpdir/k20.out" "backend bytes" 268435456 "kernel 20 ms"
