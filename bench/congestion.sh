@@ -29,6 +29,8 @@
 #   fixed      ra-cache ra-mode=kernel: the fixed congestion threshold
 #              (ra-congestion-threshold, 9), as before the estimator
 #   learned    ra-cache defaults (adaptive: the congestion estimate)
+#   small-io   the same with ra-io-max=SMALL_IO (256K): the man page's
+#              advice for a link of limited bandwidth
 #   base       (only with FILTER_BASE) another build's filter, defaults:
 #              e.g. main's, to compare before and after in one run
 # plus RA_CACHE_ARGS for every ra-cache column.  Cells run row by row,
@@ -41,7 +43,8 @@
 #
 # Usage: bench/congestion.sh   (env: BACKENDS ["t1 t2 t4 t16 rate"],
 #        CONFIGS ["plain ra-off fixed learned"], RDELAY [3ms], RATE [400M],
-#        DURATION [6], REPEAT [3], RANDOM_DEPTH [1], SPREAD [16], BUILD [build],
+#        DURATION [6], REPEAT [3], RANDOM_DEPTH [1], SPREAD [16],
+#        SMALL_IO [256K], BUILD [build],
 #        FILTER_BASE, RA_CACHE_ARGS, RESULTS [a TSV file of every run])
 # About DURATION + 3 s per run: 7 minutes with the defaults.
 set -euo pipefail
@@ -57,6 +60,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 : "${REPEAT:=3}"
 : "${RANDOM_DEPTH:=1}"
 : "${SPREAD:=16}"
+: "${SMALL_IO:=256K}"
 : "${RA_CACHE_ARGS:=}"
 : "${FILTER_BASE:=}"
 : "${RESULTS:=}"
@@ -75,6 +79,7 @@ declare -A front=(
   [ra-off]="--filter=$filter"
   [fixed]="--filter=$filter"
   [learned]="--filter=$filter"
+  [small-io]="--filter=$filter"
   [base]="--filter=$FILTER_BASE"
 )
 declare -A params=(
@@ -83,6 +88,7 @@ declare -A params=(
   [ra-off]="ra-max=0"
   [fixed]="ra-mode=kernel"
   [learned]=""
+  [small-io]="ra-io-max=$SMALL_IO"
   [base]=""
 )
 for cfg in $CONFIGS; do
