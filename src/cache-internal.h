@@ -21,6 +21,14 @@ struct rc_wait {
 
 #define RC_PROMOTE_PENDING 16
 
+/* The yield bound (adaptive mode): for RC_YIELD_NS after a client of
+ * another stream last waited for a read at random (a branch G window),
+ * a stream's windows are at most self_max / RC_YIELD_DIV pages, in
+ * backend reads of at most io_max / RC_YIELD_DIV.
+ */
+#define RC_YIELD_NS (UINT64_C (1000000000))
+#define RC_YIELD_DIV 4
+
 struct rc_job {
   struct rc_job *next;
   ra_pgoff start, count;
@@ -105,6 +113,11 @@ struct rc_cache {
   _Atomic uint64_t executing_bytes; /* their bytes (reads of pages) */
   _Atomic unsigned queued;
   _Atomic unsigned queued_async;
+  /* When a client last waited for a read at random, and its stream's
+   * owner (src/cache.c, note_random_wait): the yield bound.
+   */
+  _Atomic uint64_t random_wait_ns;
+  _Atomic unsigned random_wait_owner;
 
   /* The background workers and their queue: sync jobs (a client waits)
    * always run before async jobs (speculation).

@@ -293,13 +293,15 @@ abandon_pages (void *opaque, ra_pgoff start, ra_pgoff count)
   return rc_pc_abandon (opaque, start, count);
 }
 
-/* Submit window w (the stream lock is held if w came from a stream).
- * Applies the congestion rule to its async part when ra is not NULL;
- * last is the end (in pages) of the client request that triggered it.
+/* Submit window w (the stream lock is held if w came from a stream) in
+ * backend reads of at most io pages.  Applies the congestion rule to its
+ * async part when ra is not NULL; last is the end (in pages) of the
+ * client request that triggered it.
  */
 static void
 submit_window (struct rc_cache *c, struct ra_state *ra,
-               const struct ra_window *w, ra_pgoff last, struct batches *bs)
+               const struct ra_window *w, ra_pgoff last, struct batches *bs,
+               ra_pgoff io)
 {
   struct ra_submit_result res;
 
@@ -308,7 +310,7 @@ submit_window (struct rc_cache *c, struct ra_state *ra,
   STAT_ADD (&c->stats, windows[w->branch], 1);
   bs->random = w->branch == RA_G_RANDOM;
   bs->near = w->branch == RA_N_NEAR;
-  ra_submit (w, c->params.io_max, &submit_ops, bs, &res);
+  ra_submit (w, io, &submit_ops, bs, &res);
   if (!ra || res.async_pages == 0)
     return;
   /* No background connection open: nobody would read the async part. */
@@ -438,6 +440,41 @@ issue_batches (struct rc_cache *c, void *ctx, struct batches *bs,
   return r;
 }
 
+/* The yield bound.  A client that waits for a read at random (a
+ * branch G window: a guest's random I/O) queues behind the bytes that
+ * speculation has in flight, on the backend, on the link and on the
+ * CPUs that move them; so, for a while after a client of another stream
+ * last did, each stream's windows are bounded to a quarter of the
+ * congestion bound (2M with the defaults, where it is 8M) and read in
+ * backend reads of a quarter of ra-io-max (256K), as ra-io-max=256K
+ * would make them.  A lone stream, or one whose own reads are the
+ * random ones, never yields.  Measured in the README ("Congestion
+ * measured").
+ */
+static void
+note_random_wait (struct rc_cache *c, const struct rc_stream *s)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  atomic_store_explicit (&c->random_wait_owner, s->owner,
+                         memory_order_relaxed);
+  atomic_store_explicit (&c->random_wait_ns,
+                         (uint64_t) ts.tv_sec * 1000000000
+                         + (uint64_t) ts.tv_nsec, memory_order_relaxed);
+}
+
+static bool
+yielding (struct rc_cache *c, const struct rc_stream *s, uint64_t now)
+{
+  uint64_t t = atomic_load_explicit (&c->random_wait_ns,
+                                     memory_order_relaxed);
+
+  return t != 0 && now - t < RC_YIELD_NS &&
+    atomic_load_explicit (&c->random_wait_owner, memory_order_relaxed)
+    != s->owner;
+}
+
 /* Adaptive mode: what the engine is told at each decision. */
 static void
 adaptive_inputs (struct rc_cache *c, struct rc_stream *s,
@@ -453,6 +490,10 @@ adaptive_inputs (struct rc_cache *c, struct rc_stream *s,
   in->share = ra_fair_share (rc_pc_capacity (c->pc), markers);
   in->wasted = rc_pc_take_wasted (c->pc, s->owner);
   in->near_hits = rc_pc_take_near_hits (c->pc, s->owner);
+  in->yield_max = 0;
+  if (yielding (c, s, in->now_ns))
+    in->yield_max = (c->params.self_max ? c->params.self_max
+                     : c->params.ra_max) / RC_YIELD_DIV;
 }
 
 /* Read around the cache.  A client whose own reads cover the backend
@@ -508,6 +549,7 @@ trigger (struct rc_cache *c, struct rc_stream *s, void *ctx,
   struct ra_inputs in, *inp = NULL;
   const struct ra_params *p = &c->params;
   struct ra_params request_only;
+  ra_pgoff io = c->params.io_max;
   int r;
 
   batches_init (&bs, c, false);
@@ -532,15 +574,23 @@ trigger (struct rc_cache *c, struct rc_stream *s, void *ctx,
   }
   rc_read_decide (&s->ra, p, &rc_pc_query_ops, c->pc, rd,
                   index, marker, last, inp, &w);
-  if (inp)
+  if (inp) {
     atomic_store_explicit (&c->stats.adapt_cap_pages, s->ra.ad.cap,
                            memory_order_relaxed);
+    if (in.yield_max) {
+      STAT_ADD (&c->stats, windows_yielded, 1);
+      io = c->params.io_max / RC_YIELD_DIV ? c->params.io_max / RC_YIELD_DIV
+        : 1;
+    }
+  }
+  if (w.branch == RA_G_RANDOM && w.size > 0 && p == &c->params)
+    note_random_wait (c, s);
   if (p == &request_only && read_around_ok (c, rd, buf, index, &w)) {
     STAT_ADD (&c->stats, windows[w.branch], 1);
     RELEASE_LOCK (&s->lock);
     return read_around (c, ctx, rd, buf, err);
   }
-  submit_window (c, &s->ra, &w, last, &bs);
+  submit_window (c, &s->ra, &w, last, &bs, io);
   RELEASE_LOCK (&s->lock);
   r = issue_batches (c, ctx, &bs, rd, buf, err);
   batches_free (&bs);
@@ -728,7 +778,7 @@ rc_fill (struct rc_cache *c, void *ctx, uint32_t count, uint64_t offset,
     int r;
 
     batches_init (&bs, c, true);
-    submit_window (c, NULL, &w, last, &bs);
+    submit_window (c, NULL, &w, last, &bs, c->params.io_max);
     r = issue_batches (c, ctx, &bs, NULL, NULL, err);
     /* When the batch list could not grow (out of memory), the rest of
      * the chunk was not inserted: go on from the end of the last batch.

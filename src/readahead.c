@@ -112,12 +112,15 @@
  *    boost, is undone;
  *  - the limit: ra_max, the window whose backend reads stay below the
  *    congestion threshold (self_max: a larger window would make its own
- *    stream look congested and skip its next async part), and the
- *    stream's fair share of the cache (share).  The cap is never below
- *    adapt_min (unless ra_max is).
+ *    stream look congested and skip its next async part), the stream's
+ *    fair share of the cache (share), and, while other clients wait for
+ *    reads at random beside it, the caller's yield bound (yield_max:
+ *    speculation's bytes in flight are what those reads queue behind).
+ *    The cap is never below adapt_min (unless ra_max is).
  *
  * All of it is deterministic given struct ra_inputs (clock, backend
- * model estimate, share, waste, near hits), which the caller measures.
+ * model estimate, share, waste, near hits, yield bound), which the
+ * caller measures.
  *
  * The near rule (branch N, adaptive mode only)
  * ============================================
@@ -439,8 +442,9 @@ fetch_secs (const struct ra_params *p, const struct ra_inputs *in,
     / 1e9;
 }
 
-/* The stream's limit: ra_max within the congestion bound and its share
- * of the cache, never below adapt_min (or ra_max, if that is smaller).
+/* The stream's limit: ra_max within the congestion bound, its share of
+ * the cache and the yield bound, never below adapt_min (or ra_max, if
+ * that is smaller).
  */
 static ra_pgoff
 adapt_limit (const struct ra_params *p, const struct ra_inputs *in)
@@ -452,6 +456,8 @@ adapt_limit (const struct ra_params *p, const struct ra_inputs *in)
     limit = min_pg (limit, p->self_max);
   if (in && in->share)
     limit = min_pg (limit, in->share);
+  if (in && in->yield_max)
+    limit = min_pg (limit, in->yield_max);
   return limit > floor ? limit : floor;
 }
 

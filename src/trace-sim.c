@@ -365,6 +365,10 @@ adaptive_inputs (struct sim *s, struct ra_inputs *in)
   in->share = ra_fair_share (s->capacity, rc_pc_markers (s->pc));
   in->wasted = rc_pc_take_wasted (s->pc, cur_owner (s));
   in->near_hits = rc_pc_take_near_hits (s->pc, cur_owner (s));
+  /* The filter's yield bound comes from the clock of concurrent clients'
+   * waits, which one replayed timeline does not have.
+   */
+  in->yield_max = 0;
 }
 
 /* A trigger at page index of a read ending at page last (req = last -

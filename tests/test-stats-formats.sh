@@ -62,7 +62,8 @@ backend_connections_late cache_pages cache_pages_inflight
 cache_pages_unused cache_capacity_pages cache_memory_bytes markers_now
 adapt_late adapt_early_triggers adapt_waste_events adapt_last_cap_bytes
 backend_latency_us backend_page_us backend_slots backend_queue_delay_us
-backend_base_latency_us backend_bdp_bytes async_held async_covered""".split ()
+backend_base_latency_us backend_bdp_bytes async_held async_covered
+windows_yielded""".split ()
 
 def without_uptime (d):
     return {k: v for k, v in d.items () if k != "uptime_seconds"}

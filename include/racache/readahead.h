@@ -132,6 +132,9 @@ struct ra_inputs {
   ra_pgoff near_hits;   /* pages of this stream's near windows' async
                          * parts (branch N) that a client read for the
                          * first time since its last decision */
+  ra_pgoff yield_max;   /* while other clients wait for reads at random
+                         * beside this stream, its largest window
+                         * (pages); 0 = no such bound */
 };
 
 /* Adaptive mode's self_max (struct ra_params) for a congestion threshold

@@ -169,7 +169,9 @@
   X (COUNTER, async_held, RC_FIELD (async_held), -1, 0,                 \
      "Async reads the congestion estimate held back.")                  \
   X (COUNTER, async_covered, RC_FIELD (async_covered), -1, 0,           \
-     "Async parts dropped: the client's reads cover the BDP.")
+     "Async parts dropped: the client's reads cover the BDP.")          \
+  X (COUNTER, windows_yielded, RC_FIELD (windows_yielded), -1, 0,       \
+     "Windows bounded while other clients waited for random reads.")
 
 /* The counters: the members the table's RC_FIELD, RC_PAGES and
  * RC_BRANCHES sources name.

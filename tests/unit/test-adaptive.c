@@ -287,6 +287,26 @@ START_TEST (test_limits)
   sim_read (s, 61000, 62000, 16, 200000);
   ck_assert_uint_eq (s->ra.ad.cap, 16);
   free (s);
+
+  /* The yield bound (other clients wait for random reads) bounds it
+   * while it is given, never below adapt_min, and the cap grows back
+   * once it is gone.
+   */
+  s = sim_new (RA_MODE_ADAPTIVE);
+  s->in.lat_ns = 20e6;
+  s->p.self_max = 1024;
+  s->in.yield_max = 256;
+  sim_read (s, 0, 40000, 16, 200000);
+  ck_assert_uint_eq (s->ra.ad.cap, 256);
+  ck_assert_uint_eq (s->max_window, 256);
+  s->in.yield_max = 8;
+  sim_read (s, 40000, 41000, 16, 200000);
+  ck_assert_uint_eq (s->ra.ad.cap, 32);
+  s->in.yield_max = 0;
+  sim_read (s, 41000, 80000, 16, 200000);
+  ck_assert_uint_eq (s->ra.ad.cap, 1024);
+  ck_assert_uint_eq (s->last_window, 1024);
+  free (s);
 }
 END_TEST
 

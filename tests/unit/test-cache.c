@@ -841,6 +841,54 @@ START_TEST (test_async_beside_others_sync)
 }
 END_TEST
 
+/* The yield bound: a sequential stream yields (windows_yielded) after a
+ * client of another stream waited for a read at random, not when it is
+ * alone and not to its own random reads.
+ */
+START_TEST (test_yield_to_random)
+{
+  struct opts o = OPTS (.ra_max = 2 * MiB, .io_max = 256 * KiB,
+                        .bg = 12, .thresh = 9, .cache = 16 * MiB);
+  struct rc_cache *c;
+  struct rc_stream *random, *s;
+  uint64_t off;
+
+  struct fake *f = bed_fake (64 * MiB);
+
+  /* Alone. */
+  c = mk_cache (f, o);
+  s = rc_stream_new ();
+  for (off = 0; off < 4 * MiB; off += 64 * KiB)
+    RD_OK (c, s, f, off, 64 * KiB);
+  ck_assert_uint_gt (ST (c, windows[RA_B_SEQUENTIAL]), 0);
+  ck_assert_uint_eq (ST (c, windows_yielded), 0);
+  /* Its own random reads: no yield to itself. */
+  RD_OK (c, s, f, 48 * MiB, 4 * KiB);
+  RD_OK (c, s, f, 32 * MiB, 4 * KiB);
+  ck_assert_uint_ge (ST (c, windows[RA_G_RANDOM]), 1);
+  for (off = 8 * MiB; off < 12 * MiB; off += 64 * KiB)
+    RD_OK (c, s, f, off, 64 * KiB);
+  ck_assert_uint_eq (ST (c, windows_yielded), 0);
+  ASSERT_IDLE (c);
+  rc_stream_free (s);
+  free_cache (c, f);
+
+  /* Beside a random reader of another stream. */
+  c = mk_cache (f, o);
+  random = rc_stream_new ();
+  s = rc_stream_new ();
+  RD_OK (c, random, f, 48 * MiB, 4 * KiB);
+  RD_OK (c, random, f, 32 * MiB, 4 * KiB);
+  ck_assert_uint_ge (ST (c, windows[RA_G_RANDOM]), 1);
+  for (off = 0; off < 4 * MiB; off += 64 * KiB)
+    RD_OK (c, s, f, off, 64 * KiB);
+  ck_assert_uint_gt (ST (c, windows_yielded), 0);
+  ASSERT_IDLE (c);
+  rc_stream_free (s);
+  rc_stream_free (random);
+}
+END_TEST
+
 /* A slow backend and a low threshold, no gate: skips happen, nothing
  * leaks, the data is right.
  */
@@ -1909,6 +1957,7 @@ cache_suite (void)
   tcase_add_test (tc, test_congestion_wait);
   tcase_add_test (tc, test_async_after_own_sync);
   tcase_add_test (tc, test_async_beside_others_sync);
+  tcase_add_test (tc, test_yield_to_random);
   tcase_set_timeout (tc, 120);
   suite_add_tcase (s, tc);
 
