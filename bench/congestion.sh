@@ -29,8 +29,10 @@
 #   fixed      ra-cache ra-mode=kernel: the fixed congestion threshold
 #              (ra-congestion-threshold, 9), as before the estimator
 #   learned    ra-cache defaults (adaptive: the congestion estimate)
-#   small-io   the same with ra-io-max=SMALL_IO (256K): the man page's
-#              advice for a link of limited bandwidth
+#   small-io   the same with ra-io-max=SMALL_IO (256K): smaller reads and
+#              windows all the time (the defaults' yield to the random
+#              reader then divides them by 4 again: 64K reads, 512K
+#              windows; measured before the yield existed in the README)
 #   base       (only with FILTER_BASE) another build's filter, defaults:
 #              e.g. main's, to compare before and after in one run
 # plus RA_CACHE_ARGS for every ra-cache column.  Cells run row by row,
