@@ -22,10 +22,9 @@
  * the reads running when it started.  A worker starts an async job only
  * when rc_cong_decide says so: in adaptive mode only while the
  * estimated backend slots leave one free for the next sync read
- * (counted once per job as "held"); in
- * kernel mode with ra-congestion=wait only below the congestion
- * threshold (counted once per job as "delayed").  Sync jobs always
- * start.
+ * (counted once per job as "held"); in kernel mode with
+ * ra-congestion=wait only below the congestion threshold (counted once
+ * per job as "delayed").  Sync jobs always start.
  */
 
 #include <config.h>

@@ -464,6 +464,13 @@ note_random_wait (struct rc_cache *c, const struct rc_stream *s)
                          + (uint64_t) ts.tv_nsec, memory_order_relaxed);
 }
 
+/* What a yielding stream keeps of x pages (a quarter, at least one). */
+static ra_pgoff
+yield_part (ra_pgoff x)
+{
+  return x / RC_YIELD_DIV > 0 ? x / RC_YIELD_DIV : 1;
+}
+
 static bool
 yielding (struct rc_cache *c, const struct rc_stream *s, uint64_t now)
 {
@@ -490,10 +497,8 @@ adaptive_inputs (struct rc_cache *c, struct rc_stream *s,
   in->share = ra_fair_share (rc_pc_capacity (c->pc), markers);
   in->wasted = rc_pc_take_wasted (c->pc, s->owner);
   in->near_hits = rc_pc_take_near_hits (c->pc, s->owner);
-  in->yield_max = 0;
-  if (yielding (c, s, in->now_ns))
-    in->yield_max = (c->params.self_max ? c->params.self_max
-                     : c->params.ra_max) / RC_YIELD_DIV;
+  in->yield_max = yielding (c, s, in->now_ns)
+    ? yield_part (c->params.self_max) : 0;
 }
 
 /* Read around the cache.  A client whose own reads cover the backend
@@ -579,8 +584,7 @@ trigger (struct rc_cache *c, struct rc_stream *s, void *ctx,
                            memory_order_relaxed);
     if (in.yield_max) {
       STAT_ADD (&c->stats, windows_yielded, 1);
-      io = c->params.io_max / RC_YIELD_DIV ? c->params.io_max / RC_YIELD_DIV
-        : 1;
+      io = yield_part (c->params.io_max);
     }
   }
   if (w.branch == RA_G_RANDOM && w.size > 0 && p == &c->params)

@@ -262,15 +262,24 @@ START_TEST (test_cap_unknown_is_limit)
 }
 END_TEST
 
-START_TEST (test_limits)
+/* A fast reader on a slow backend (it wants more than ra_max) with a
+ * congestion bound (self_max) of 1024 pages.
+ */
+static struct sim *
+sim_bounded (void)
 {
   struct sim *s = sim_new (RA_MODE_ADAPTIVE);
 
-  /* A fast reader on a slow backend wants more than ra_max; self_max
-   * (the congestion bound) and the share bound it in turn.
-   */
   s->in.lat_ns = 20e6;
   s->p.self_max = 1024;
+  return s;
+}
+
+START_TEST (test_limits)
+{
+  struct sim *s = sim_bounded ();
+
+  /* self_max (the congestion bound) and the share bound it in turn. */
   sim_read (s, 0, 40000, 16, 200000);
   ck_assert_uint_eq (s->ra.ad.cap, 1024);
   ck_assert_uint_eq (s->max_window, 1024);
@@ -292,9 +301,7 @@ START_TEST (test_limits)
    * while it is given, never below adapt_min, and the cap grows back
    * once it is gone.
    */
-  s = sim_new (RA_MODE_ADAPTIVE);
-  s->in.lat_ns = 20e6;
-  s->p.self_max = 1024;
+  s = sim_bounded ();
   s->in.yield_max = 256;
   sim_read (s, 0, 40000, 16, 200000);
   ck_assert_uint_eq (s->ra.ad.cap, 256);
