@@ -43,7 +43,7 @@ const struct rc_key rc_keys[] = {
        "1, or 4 with a plugin that runs one request at a time per connection",
        "Backend connections the background workers open and share."),
   KEY ("ra-congestion-threshold", RC_KEY_UNSIGNED, congestion_threshold,
-       "9", "1 to ra-max-background (default: 3/4 of ra-max-background)",
+       "auto", "1 to ra-max-background, or auto: 3/4 of ra-max-background",
        "Skip async parts when this many backend reads are in flight."),
   { "ra-congestion", RC_KEY_ENUM, offsetof (struct rc_config, congestion),
     congestion_choices, "skip", "skip or wait",
@@ -156,12 +156,14 @@ is_pow2 (uint64_t v)
 #define FIELD_IS(k, field) ((k)->offset == offsetof (struct rc_config, field))
 
 /* Keys that also take the word "auto": ra-backend-connections
- * (RC_BACKEND_CONNECTIONS_AUTO).
+ * (RC_BACKEND_CONNECTIONS_AUTO) and ra-congestion-threshold (0, which
+ * rc_config_check derives from ra-max-background).
  */
 static bool
 takes_auto (const struct rc_key *k)
 {
-  return FIELD_IS (k, backend_connections);
+  return FIELD_IS (k, backend_connections) ||
+    FIELD_IS (k, congestion_threshold);
 }
 
 /* The range of one key on its own (checks across keys are in
@@ -262,7 +264,10 @@ rc_config_set (struct rc_config *c, const char *key, const char *value,
     }
   }
   else if (takes_auto (k) && strcmp (value, "auto") == 0) {
-    c->backend_connections = RC_BACKEND_CONNECTIONS_AUTO;
+    if (FIELD_IS (k, backend_connections))
+      c->backend_connections = RC_BACKEND_CONNECTIONS_AUTO;
+    else
+      c->congestion_threshold = 0;
     return 0;
   }
   else {

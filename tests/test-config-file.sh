@@ -32,6 +32,25 @@ line=$(effective ra-cache-config="$d/good.conf" ra-max=1M)
 [[ $line == *"ra-max=1048576 "* ]] || fail "command line (after) did not override: $line"
 [[ $line == *"ra-io-max=262144 "* ]] || fail "other file keys kept: $line"
 
+# The example file changes nothing that follows another key (issue 23):
+# copied, with ra-max-background lowered, it starts, and the threshold
+# follows ra-max-background.
+sed 's/^ra-max-background = .*/ra-max-background = 8;/' \
+  "$top_srcdir/etc/ra-cache.conf" > "$d/example.conf"
+grep -q '^ra-max-background = 8;' "$d/example.conf" ||
+  fail "etc/ra-cache.conf has no ra-max-background line to change"
+line=$(effective ra-cache-config="$d/example.conf")
+[[ $line == *"ra-max-background=8 "* ]] ||
+  fail "the example file with ra-max-background = 8 did not start: $line"
+[[ $line == *"ra-congestion-threshold=6 "* ]] ||
+  fail "the example file's threshold did not follow ra-max-background: $line"
+# "auto" on the command line overrides a number in the file.
+printf 'ra-congestion-threshold = 2;\n' > "$d/thresh.conf"
+line=$(effective ra-cache-config="$d/thresh.conf")
+[[ $line == *"ra-congestion-threshold=2 "* ]] || fail "file threshold 2: $line"
+line=$(effective ra-cache-config="$d/thresh.conf" ra-congestion-threshold=auto)
+[[ $line == *"ra-congestion-threshold=9 "* ]] || fail "command line auto: $line"
+
 # ra-backend-connections: a number or "auto" (1 for the memory plugin,
 # which runs requests in parallel), in the file and on the command line.
 line=$(effective)

@@ -331,9 +331,10 @@ ra_cache_config_complete (nbdkit_next_config_complete *next,
   "                            client has connected.  auto: 1, or 4 with\n" \
   "                            a plugin that runs one request at a time\n" \
   "                            per connection (curl, ssh).\n" \
-  "ra-congestion-threshold=N   Skip async parts at N reads in flight\n" \
-  "                            (default 9, 3/4 of ra-max-background;\n" \
-  "                            1 to ra-max-background).\n" \
+  "ra-congestion-threshold=N|auto  Skip async parts at N reads in\n" \
+  "                            flight (default auto, 3/4 of\n" \
+  "                            ra-max-background; 1 to\n" \
+  "                            ra-max-background).\n" \
   "ra-congestion=skip|wait     At the threshold, drop the async part or\n" \
   "                            queue it (default skip).\n" \
   "ra-cache-stats=FILE         Write the counters as JSON (default\n" \
