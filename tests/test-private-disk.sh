@@ -5,6 +5,11 @@
 # flushed and read back, must read back as written, although ra-cache's
 # other reads come from worker contexts (other private disks) and the
 # shared cache.  Other connections still use the cache.
+#
+# Then (issue 23, row 3) a connection writes while one of its own reads
+# is still on the cached path (the plugin holds that read for 1 s): the
+# read must not put the connection's written data in the shared cache,
+# so another connection reads its own, untouched disk.
 
 . "${top_srcdir:-$(dirname "$0")/..}/tests/functions.sh"
 
@@ -31,6 +36,8 @@ case "$1" in
   can_multi_conn) exit 3 ;;
   flush) exit 0 ;;
   pread)
+    # The next read at 64 KiB waits 1 s when the test asks for it.
+    if [ "$4" = 65536 ] && rm "$dir/slow" 2>/dev/null; then sleep 1; fi
     dd if="$dir/$2" skip="$4" count="$3" iflag=skip_bytes,count_bytes \
        status=none ;;
   pwrite)
@@ -80,4 +87,37 @@ info "client_reads=$reads page_hits=$hits"
 (( reads >= 128 && hits > 0 )) || fail "the reader was not cached"
 n=$(grep -c 'reads through its own context, uncached' "$tmpdir/front.log" || true)
 [ "$n" -eq 1 ] || fail "the switch to uncached reads was logged $n times, not once"
+
+# ---- a write while the writer's own read is on the cached path ---------
+start_server front2 -v --filter="$FILTER" sh "$tmpdir/plugin.sh"
+cat > "$tmpdir/race.py" <<'PY'
+import os, time
+base = open (os.environ["BASE"], "rb").read ()
+a = nbd.NBD ()
+a.connect_uri (os.environ["URI"])
+b = nbd.NBD ()
+b.connect_uri (os.environ["URI"])
+# A's unaligned read of its own page at 64K is held 1 s in the plugin ...
+open (os.environ["SLOW"], "w").close ()
+buf = nbd.Buffer (512)
+c = a.aio_pread (buf, 65536 + 512)
+time.sleep (0.3)
+assert not os.path.exists (os.environ["SLOW"]), "the read did not reach the plugin"
+# ... while A writes that page of its private disk.
+mine = bytes ([0x5a]) * 4096
+a.pwrite (mine, 65536)
+a.flush ()
+while not a.aio_command_completed (c):
+    a.poll (-1)
+assert a.pread (4096, 65536) == mine, "A does not read what it wrote"
+# B has its own disk: never A's data, whatever the cache holds.
+got = b.pread (4096, 65536)
+assert got != mine, "B read A's private data (the shared cache has it)"
+assert got == base[65536:65536 + 4096], "B read wrong data"
+a.shutdown ()
+b.shutdown ()
+PY
+run_py "$tmpdir/race.py" URI="$(uri front2)" BASE="$tmpdir/base.img" \
+  SLOW="$tmpdir/slow" || fail "a write beside its own read leaked into the cache"
+stop_server front2 || fail "the second front did not stop cleanly"
 info "ok"

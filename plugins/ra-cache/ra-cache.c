@@ -77,6 +77,13 @@ struct handle {
   bool other_export;            /* ... because it named another export */
   int multi_conn;               /* the plugin's can_multi_conn */
   bool connected;               /* counted by rc_cache_connect */
+  /* A plugin without multi-conn: the requests of this connection on
+   * the cached path now (cached_begin), and the switch to bypass at its
+   * first write, which waits for them (note_write).
+   */
+  pthread_mutex_t lock;
+  pthread_cond_t idle;
+  unsigned cached_ops;
 };
 
 /* A connection's bypass flag is read by its requests, which may run in
@@ -88,22 +95,62 @@ bypassed (struct handle *h)
   return __atomic_load_n (&h->bypass, __ATOMIC_ACQUIRE);
 }
 
+/* A read or a cache request enters the cached path: false if the
+ * connection bypasses the cache.  Pair with cached_end.
+ */
+static bool
+cached_begin (struct handle *h)
+{
+  bool ok;
+
+  if (h->multi_conn == 1)
+    return !bypassed (h);
+  ACQUIRE_LOCK (&h->lock);
+  ok = !h->bypass;
+  if (ok)
+    h->cached_ops++;
+  RELEASE_LOCK (&h->lock);
+  return ok;
+}
+
+static void
+cached_end (struct handle *h)
+{
+  if (h->multi_conn == 1)
+    return;
+  ACQUIRE_LOCK (&h->lock);
+  if (--h->cached_ops == 0)
+    pthread_cond_broadcast (&h->idle);
+  RELEASE_LOCK (&h->lock);
+}
+
 /* A write (pwrite, trim, zero) on a cached connection.  A plugin without
  * can_multi_conn may give each connection its own view of the data (a
  * private disk, a copy-on-write overlay): the shared cache and the
  * workers' contexts would then show this connection other data than it
- * wrote.  From its first write on, such a connection reads through its
- * own context.
+ * wrote, and what the cached path reads through this connection's own
+ * context (its sync parts) would put its private data in the shared
+ * cache.  So from its first write on, such a connection reads through
+ * its own context, uncached; and the write waits until the requests
+ * that entered the cached path before it are done, so that none of them
+ * reads what it writes (a read of one of its pages whose copy the write
+ * made stale would read it again, through this context).
  */
 static void
 note_write (struct handle *h)
 {
-  if (h->multi_conn == 1 || bypassed (h))
+  if (h->multi_conn == 1)
     return;
-  if (!__atomic_exchange_n (&h->bypass, true, __ATOMIC_ACQ_REL))
+  ACQUIRE_LOCK (&h->lock);
+  if (!h->bypass) {
+    __atomic_store_n (&h->bypass, true, __ATOMIC_RELEASE);
     nbdkit_debug ("ra-cache: a write on a connection to a plugin without "
                   "multi-conn consistency: from now on this connection "
                   "reads through its own context, uncached");
+  }
+  while (h->cached_ops > 0)
+    pthread_cond_wait (&h->idle, &h->lock);
+  RELEASE_LOCK (&h->lock);
 }
 
 /* The cached export: the canonical name of the default export, as the
@@ -692,9 +739,13 @@ ra_cache_open (nbdkit_next_open *next, nbdkit_context *nxdata,
     nbdkit_error ("calloc: %m");
     return NULL;
   }
+  pthread_mutex_init (&h->lock, NULL);
+  pthread_cond_init (&h->idle, NULL);
   h->stream = rc_stream_new ();
   if (!h->stream) {
     nbdkit_error ("malloc: %m");
+    pthread_mutex_destroy (&h->lock);
+    pthread_cond_destroy (&h->idle);
     free (h);
     return NULL;
   }
@@ -720,6 +771,8 @@ ra_cache_close (void *handle)
   if (h->connected)
     rc_cache_disconnect (cache);
   rc_stream_free (h->stream);
+  pthread_mutex_destroy (&h->lock);
+  pthread_cond_destroy (&h->idle);
   free (h);
 }
 
@@ -818,10 +871,13 @@ ra_cache_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
                 uint64_t offset, uint32_t flags, int *err)
 {
   struct handle *h = handle;
+  int r;
 
-  if (bypassed (h))
+  if (!cached_begin (h))
     return BACKEND_CALL (next->pread (next, buf, count, offset, flags, err));
-  return rc_read (cache, h->stream, next, buf, count, offset, err);
+  r = rc_read (cache, h->stream, next, buf, count, offset, err);
+  cached_end (h);
+  return r;
 }
 
 static int
@@ -892,10 +948,13 @@ ra_cache_cache (nbdkit_next *next, void *handle, uint32_t count,
                 uint64_t offset, uint32_t flags, int *err)
 {
   struct handle *h = handle;
+  int r;
 
-  if (bypassed (h))
+  if (!cached_begin (h))
     return 0;                   /* advisory: nothing to keep it in */
-  return rc_fill (cache, next, count, offset, err);
+  r = rc_fill (cache, next, count, offset, err);
+  cached_end (h);
+  return r;
 }
 
 static struct nbdkit_filter filter = {
