@@ -531,62 +531,84 @@ steal_job (struct rc_cache *c, struct rc_wait *w)
   return j;
 }
 
+enum rc_cong_answer
+rc_congestion (struct rc_cache *c, enum rc_cong_question q,
+               unsigned n, uint64_t client_bytes)
+{
+  struct rc_cong_load l = {
+    .executing = atomic_load (&c->executing),
+    .queued = atomic_load (&c->queued),
+    .new_reads = q == RC_CONG_EARLY ? n : 0,
+    .client_reads = q == RC_CONG_WINDOW ? n : 0,
+    .client_bytes = client_bytes,
+    .window_bytes = c->cfg.ra_max / 2,
+  };
+
+  return rc_cong_decide (&c->cong, q, &l);
+}
+
+void
+rc_cache_congestion (struct rc_cache *c, struct rc_cong_estimate *out)
+{
+  rc_cong_get (&c->cong, out);
+}
 /* ==== Background backend connections ===================================
  *
  * The workers share pool.n = min (ra-backend-connections, workers)
  * backend connections (contexts from worker_open; by default 1, or 4
  * when a connection carries one call at a time: rc_backend_connections
- * in racache/config.h).  One connector
- * thread opens them, one at a time, from the first rc_cache_connect on
+ * in racache/config.h).  One connector thread opens them, one at a
+ * time, while a client is connected, from the first rc_cache_connect on
  * (so that a client connected to the backend first), and reopens a
  * broken one with backoff (100 ms doubling to 5 s).  A worker takes a
- * job only while a connection is open, and reads it through one of
- * them (round robin); no worker ever waits for an open.  While none is
- * open, async parts are dropped (src/cache.c treats it as congestion)
- * and a client reads its sync batches itself (rc_wait_for).
+ * job only while a connection is open, and reads it through one of them
+ * (round robin); no worker ever waits for an open.  While none is open,
+ * async parts are dropped (src/cache.c treats it as congestion) and a
+ * client reads its sync batches itself (rc_wait_for).  Connections stay
+ * open while no client is connected: a backend whose opens are slow (a
+ * login over a WAN) pays for them once.
  *
- * A server that allows only some connections (qemu-nbd: one by
- * default) leaves the others in its listen backlog: their open never
- * completes while the clients hold the slots.  An open still under way
- * after RC_CONNECT_STALL_NS is logged once; the connections open then
- * are all ra-cache keeps from then on (pool.limit), and the stalled open,
- * if it completes at all (when a client disconnects and frees its slot),
- * is closed at once, so that the slot goes to the next client waiting
- * behind it in the backlog.
+ * A slow open is not a connection limit.  A server that allows only
+ * some connections (qemu-nbd: one by default) leaves the others in its
+ * listen backlog: they are answered only when another connection goes.
+ * That, and nothing else, is taken as evidence of a limit:
+ *  - a background open answered right after a client left (within the
+ *    time an open takes, plus a margin), having waited longer than an
+ *    open takes (twice the longest lately, plus the margin): it waited
+ *    in the backlog for that client's slot;
+ *  - a client's own open (rc_cache_open_begin / _end) not answered
+ *    within that time while background connections are open: they may
+ *    hold the slot it waits for, so one is closed (one per such period).
+ * Each lowers pool.limit to the connections kept and is counted
+ * (backend_connections_late); the connection in question is closed, so
+ * that its slot goes to the client waiting for it.  The limit rises by
+ * one again after a backoff (RC_LIMIT_RETRY_MIN_NS, doubling with every
+ * lowering up to RC_LIMIT_RETRY_MAX_NS; struct rc_backend may set
+ * another start), and is lowered again if the server still limits.
+ * "How long an open takes" is the longest successful open lately, the
+ * clients' and the pool's own (open_ns).
  *
  * A worker read that fails with an errno of a dead connection marks its
  * connection broken; its last user closes it and the connector reopens
  * it.  When the last open connection breaks, the queued jobs that no
  * client waits to read itself are dropped.
  *
- * Shutdown: the workers are joined (they never block in an open); the
- * connector is given RC_CONNECT_JOIN_NS to leave an open under way,
- * then abandoned (detached): its state (struct rc_connector) outlives
- * the cache, and if the open ever returns it closes the context and
- * exits without touching the cache.
+ * Shutdown: the workers are joined (they never block in an open), the
+ * open connections closed (rc_workers_stop), and the connector joined
+ * in rc_cache_free, however long the open it is in takes: what it
+ * returns to (the plugin's code, nbdkit's context) is unloaded and freed
+ * after the filter's cleanup, so it must have returned by then.  nbdkit
+ * waits for its own clients' calls in the same way.  With no client
+ * left, a server's backlog is empty and such an open is answered at once.
  */
 
-#define RC_CONNECT_STALL_NS (UINT64_C (3) * 1000000000)
-#define RC_CONNECT_JOIN_NS  (UINT64_C (1) * 1000000000)
-#define RC_BACKOFF_MIN_NS   (UINT64_C (100) * 1000000)
-#define RC_BACKOFF_MAX_NS   (UINT64_C (5) * 1000000000)
-
-struct rc_connector {
-  struct rc_cache *c;           /* not to be used once abandoned */
-  struct rc_backend be;
-  pthread_t thread;
-  bool in_open, abandoned, exited; /* under connector_lock */
-};
-static pthread_mutex_t connector_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static uint64_t
-mono_ns (void)
-{
-  struct timespec ts;
-
-  clock_gettime (CLOCK_MONOTONIC, &ts);
-  return (uint64_t) ts.tv_sec * 1000000000 + (uint64_t) ts.tv_nsec;
-}
+#define RC_CONNECT_STALL_NS   (UINT64_C (3) * 1000000000)
+#define RC_STALL_MARGIN_NS    (UINT64_C (250) * 1000000)
+#define RC_BACKOFF_MIN_NS     (UINT64_C (100) * 1000000)
+#define RC_BACKOFF_MAX_NS     (UINT64_C (5) * 1000000000)
+#define RC_LIMIT_RETRY_MIN_NS (UINT64_C (30) * 1000000000)
+#define RC_LIMIT_RETRY_MAX_NS (UINT64_C (1800) * 1000000000)
+#define RC_SHUTDOWN_LOG_NS    (UINT64_C (1) * 1000000000)
 
 static void
 pool_log (struct rc_cache *c, bool error, const char *fmt, ...)
@@ -628,6 +650,62 @@ set_nopen (struct rc_pool *p, unsigned n)
 {
   p->nopen = n;
   atomic_store (&p->nopen_now, n);
+}
+
+static void
+set_limit (struct rc_pool *p, unsigned n)
+{
+  p->limit = n;
+  atomic_store (&p->limit_now, n);
+}
+
+/* Wait on cond (a CLOCK_MONOTONIC condition) until deadline (monotonic
+ * ns; UINT64_MAX: no deadline), a signal or a spurious wakeup.
+ */
+static void
+cond_wait_until (pthread_cond_t *cond, pthread_mutex_t *lock,
+                 uint64_t deadline)
+{
+  struct timespec ts;
+
+  if (deadline == UINT64_MAX) {
+    pthread_cond_wait (cond, lock);
+    return;
+  }
+  ts.tv_sec = deadline / 1000000000;
+  ts.tv_nsec = deadline % 1000000000;
+  pthread_cond_timedwait (cond, lock, &ts);
+}
+
+static void
+cond_init_monotonic (pthread_cond_t *cond)
+{
+  pthread_condattr_t a;
+
+  pthread_condattr_init (&a);
+  pthread_condattr_setclock (&a, CLOCK_MONOTONIC);
+  pthread_cond_init (cond, &a);
+  pthread_condattr_destroy (&a);
+}
+
+/* How long an open may take before it counts as unanswered. */
+static uint64_t
+stall_ns (const struct rc_pool *p)
+{
+  return 2 * p->open_ns + RC_STALL_MARGIN_NS;
+}
+
+/* An open (a client's or the pool's) took dt ns: open_ns follows the
+ * longest lately (at once upwards, by an eighth of the gap downwards).
+ * Called with c->qlock held.
+ */
+static void
+note_open_ns (struct rc_pool *p, uint64_t dt)
+{
+  if (dt >= p->open_ns)
+    p->open_ns = dt;
+  else
+    p->open_ns -= (p->open_ns - dt) / 8;
 }
 
 /* An open connection for a worker's next job, or NULL: one that no
@@ -690,6 +768,20 @@ drop_orphans (struct rc_cache *c)
   }
 }
 
+/* conn leaves the open connections (broken, or given up): its last user
+ * closes it.  Called with c->qlock held.
+ */
+static void
+conn_leave (struct rc_cache *c, struct rc_conn *conn)
+{
+  struct rc_pool *p = &c->pool;
+
+  conn->state = RC_CONN_BROKEN;
+  set_nopen (p, p->nopen - 1);
+  if (p->nopen == 0)
+    drop_orphans (c);
+}
+
 /* A read through conn found it dead.  Called with c->qlock held. */
 static void
 conn_broken (struct rc_cache *c, struct rc_conn *conn, int err)
@@ -698,8 +790,7 @@ conn_broken (struct rc_cache *c, struct rc_conn *conn, int err)
 
   if (conn->state != RC_CONN_OPEN)
     return;
-  conn->state = RC_CONN_BROKEN;
-  set_nopen (p, p->nopen - 1);
+  conn_leave (c, conn);
   p->broken++;
   STAT_ADD (&c->stats, backend_connections_lost, 1);
   if (!p->outage_logged) {
@@ -708,8 +799,6 @@ conn_broken (struct rc_cache *c, struct rc_conn *conn, int err)
               "(%s): reopening it with backoff; clients are served "
               "meanwhile", strerror (err));
   }
-  if (p->nopen == 0)
-    drop_orphans (c);
   pthread_cond_signal (&p->ccond);
 }
 
@@ -772,65 +861,118 @@ worker_main (void *arg)
   return NULL;
 }
 
-/* No client is connected: close the open connections (a worker still
- * reading through one closes it when done), so that a server that
- * limits connections has its slots free for the next client.  Returns
- * true if it dropped c->qlock.  Called with c->qlock held.
+/* The server limits connections (see above): keep at most keep, and
+ * try one more after the backoff.  Called with c->qlock held.
  */
-static bool
-retire_idle (struct rc_cache *c)
+static void
+lower_limit (struct rc_cache *c, unsigned keep, uint64_t now,
+             const char *why, double secs)
 {
   struct rc_pool *p = &c->pool;
+
+  p->limit_backoff_ns = p->limit_backoff_ns == 0 ? p->limit_retry_min_ns
+    : p->limit_backoff_ns * 2 > RC_LIMIT_RETRY_MAX_NS ? RC_LIMIT_RETRY_MAX_NS
+    : p->limit_backoff_ns * 2;
+  p->limit_retry_ns = now + p->limit_backoff_ns;
+  set_limit (p, keep);
+  STAT_ADD (&c->stats, backend_connections_late, 1);
+  pool_log (c, true, "ra-cache: %s after %.1f s: the server limits "
+            "connections; keeping at most %u of %u background "
+            "connections, trying one more in %.0f s", why, secs, keep,
+            p->n, p->limit_backoff_ns / 1e9);
+  pthread_cond_broadcast (&p->ready);
+}
+
+/* The backoff after a lowered limit has passed: allow one more.  Called
+ * with c->qlock held.
+ */
+static void
+raise_limit (struct rc_cache *c, uint64_t now)
+{
+  struct rc_pool *p = &c->pool;
+
+  set_limit (p, p->limit + 1);
+  p->limit_retry_ns = p->limit < p->n ? now + p->limit_backoff_ns : 0;
+  pool_log (c, false, "ra-cache: trying %u background backend "
+            "connection(s) again", p->limit);
+}
+
+/* The oldest client open under way, or NULL.  Called with c->qlock held. */
+static const struct rc_client_open *
+oldest_client_open (const struct rc_pool *p)
+{
+  const struct rc_client_open *o, *old = NULL;
+
+  for (o = p->client_opens; o; o = o->next)
+    if (!old || o->t0 < old->t0)
+      old = o;
+  return old;
+}
+
+/* A client's open has waited longer than an open takes while
+ * background connections are open: close one, the slot it waits for may
+ * be that one.  Returns true if it closed one (the caller looks again),
+ * else lowers *wake to when to look again.  Called with c->qlock held;
+ * may drop it.
+ */
+static bool
+yield_to_client_open (struct rc_cache *c, uint64_t now, uint64_t *wake)
+{
+  struct rc_pool *p = &c->pool;
+  const struct rc_client_open *o = oldest_client_open (p);
+  struct rc_conn *conn = NULL;
+  uint64_t due;
   unsigned i;
 
-  for (i = 0; i < p->n; i++) {
-    struct rc_conn *conn = &p->conn[i];
-
-    if (conn->state != RC_CONN_OPEN)
-      continue;
-    set_nopen (p, p->nopen - 1);
-    if (p->nopen == 0)
-      drop_orphans (c);
-    if (conn->users > 0)
-      conn->state = RC_CONN_BROKEN;
-    else {
-      conn_close (c, conn);
-      return true;
-    }
+  if (!o || p->nopen == 0)
+    return false;
+  due = o->t0 + stall_ns (p);
+  if (p->yielded_ns + stall_ns (p) > due)
+    due = p->yielded_ns + stall_ns (p);
+  if (now < due) {
+    if (due < *wake)
+      *wake = due;
+    return false;
   }
-  return false;
+  /* An idle one if there is one. */
+  for (i = 0; i < p->n; i++)
+    if (p->conn[i].state == RC_CONN_OPEN &&
+        (!conn || p->conn[i].users < conn->users))
+      conn = &p->conn[i];
+  conn_leave (c, conn);
+  p->yielded_ns = now;
+  lower_limit (c, p->nopen, now, "a client's backend open was not "
+               "answered while background connections were open",
+               (now - o->t0) / 1e9);
+  if (conn->users == 0)
+    conn_close (c, conn);
+  return true;
 }
 
-#define RC_RETIRE_DELAY_NS (UINT64_C (100) * 1000000)
-
-/* The connector waits on its condition for at most ns. */
-static void
-timedwait_ns (struct rc_cache *c, uint64_t ns)
-{
-  struct timespec ts;
-  uint64_t wake;
-
-  clock_gettime (CLOCK_REALTIME, &ts);
-  wake = (uint64_t) ts.tv_sec * 1000000000 + (uint64_t) ts.tv_nsec + ns;
-  ts.tv_sec = wake / 1000000000;
-  ts.tv_nsec = wake % 1000000000;
-  pthread_cond_timedwait (&c->pool.ccond, &c->qlock, &ts);
-}
-
-/* Waits until the connector has a closed slot to open: after the retire
- * delay, while a client is connected, the pool is below its limit and
- * the backoff after a failure is over.  Returns NULL if it waited or
- * retired a connection (the caller looks again), else the slot, with
- * *busy the slots not closed and *t0 the time of the choice.  Called
- * with c->qlock held; drops it while waiting.
+/* Waits until the connector has a closed slot to open: while a client
+ * is connected, the pool is below its limit and the backoff after a
+ * failure is over; meanwhile it yields to clients' opens and raises a
+ * lowered limit when its time comes.  Returns NULL if it waited or
+ * closed a connection (the caller looks again), else the slot, with
+ * *busy the slots not closed.  Called with c->qlock held; drops it
+ * while waiting.
  */
 static struct rc_conn *
-wait_for_slot (struct rc_cache *c, unsigned *busy, uint64_t *t0)
+wait_for_slot (struct rc_cache *c, unsigned *busy)
 {
   struct rc_pool *p = &c->pool;
   struct rc_conn *slot = NULL;
+  uint64_t now = now_ns (), wake = UINT64_MAX;
   unsigned i;
 
+  if (yield_to_client_open (c, now, &wake))
+    return NULL;
+  if (p->limit < p->n && p->limit_retry_ns != 0) {
+    if (now >= p->limit_retry_ns)
+      raise_limit (c, now);
+    else if (p->limit_retry_ns < wake)
+      wake = p->limit_retry_ns;
+  }
   *busy = 0;
   for (i = 0; i < p->n; i++) {
     if (p->conn[i].state == RC_CONN_CLOSED) {
@@ -840,55 +982,14 @@ wait_for_slot (struct rc_cache *c, unsigned *busy, uint64_t *t0)
     else
       (*busy)++;              /* open, or still closing after a break */
   }
-  *t0 = mono_ns ();
-  /* Retire RC_RETIRE_DELAY_NS after the last client left: nbdkit
-   * closes that client's own plugin context after the filter's close
-   * returns, without the filter's lock; a serializing plugin must not
-   * see our close overlap it.
-   */
-  if (p->clients == 0 && p->nopen > 0 &&
-      *t0 < p->last_leave_ns + RC_RETIRE_DELAY_NS) {
-    timedwait_ns (c, p->last_leave_ns + RC_RETIRE_DELAY_NS - *t0);
-    return NULL;
+  if (p->clients > 0 && slot && *busy < p->limit) {
+    if (now >= p->next_try_ns)
+      return slot;
+    if (p->next_try_ns < wake)
+      wake = p->next_try_ns;
   }
-  if (p->clients == 0 && retire_idle (c))
-    return NULL;
-  if (p->clients == 0 || !slot || *busy >= p->limit) {
-    pthread_cond_wait (&p->ccond, &c->qlock);
-    return NULL;
-  }
-  if (*t0 < p->next_try_ns) {
-    timedwait_ns (c, p->next_try_ns - *t0);
-    return NULL;
-  }
-  return slot;
-}
-
-/* Calls the backend's worker_open, without c->qlock.  Returns false if
- * the cache was abandoned meanwhile: then it has closed what it opened
- * and freed cn, and the caller touches nothing of either.
- */
-static bool
-open_unlocked (struct rc_connector *cn, void **ctx)
-{
-  bool abandoned;
-
-  ACQUIRE_LOCK (&connector_lock);
-  cn->in_open = true;
-  RELEASE_LOCK (&connector_lock);
-  *ctx = cn->be.worker_open (cn->be.opaque);
-  ACQUIRE_LOCK (&connector_lock);
-  cn->in_open = false;
-  abandoned = cn->abandoned;
-  RELEASE_LOCK (&connector_lock);
-  if (abandoned) {
-    /* The cache is gone: touch nothing of it. */
-    if (*ctx && cn->be.worker_close)
-      cn->be.worker_close (cn->be.opaque, *ctx);
-    free (cn);
-    return false;
-  }
-  return true;
+  cond_wait_until (&p->ccond, &c->qlock, wake);
+  return NULL;
 }
 
 /* worker_open failed: slot is closed again, and the next try waits for
@@ -905,7 +1006,7 @@ back_off (struct rc_cache *c, struct rc_conn *slot)
   p->failures++;
   if (backoff > RC_BACKOFF_MAX_NS)
     backoff = RC_BACKOFF_MAX_NS;
-  p->next_try_ns = mono_ns () + backoff;
+  p->next_try_ns = now_ns () + backoff;
   STAT_ADD (&c->stats, backend_connection_failures, 1);
   if (!p->outage_logged) {
     p->outage_logged = true;
@@ -913,44 +1014,19 @@ back_off (struct rc_cache *c, struct rc_conn *slot)
               "connection: retrying with backoff; clients are served "
               "meanwhile");
   }
+  pthread_cond_broadcast (&p->ready);
 }
 
-/* Whether a connection that worker_open returned after dt ns is to be
- * closed again at once: the cache is stopping, no client is left, or it
- * took so long that it waited in the server's backlog.  An open that
- * came late also lowers the pool's limit: the server limits
- * connections.  Called with c->qlock held.
+/* Was an open that ran from t0 to t1 answered only because a client
+ * left (it waited in the server's backlog for that client's slot)?
+ * stall: stall_ns when it started.  Called with c->qlock held.
  */
 static bool
-unwanted_open (struct rc_cache *c, uint64_t dt, unsigned busy)
+answered_when_client_left (const struct rc_pool *p, uint64_t t0, uint64_t t1,
+                           uint64_t stall)
 {
-  struct rc_pool *p = &c->pool;
-
-  if (!c->stopping && p->clients == 0 && dt < RC_CONNECT_STALL_NS &&
-      p->limit > p->max_open) {
-    /* It completed only once every client had gone: the server
-     * limits connections (the last client's slot went to it).  Keep
-     * no more than were open at once before.
-     */
-    p->limit = p->max_open;
-    STAT_ADD (&c->stats, backend_connections_late, 1);
-    pool_log (c, false, "ra-cache: a background backend connection "
-              "opened only when the last client left: keeping at most "
-              "%u", p->limit);
-  }
-  if (!c->stopping && dt >= RC_CONNECT_STALL_NS) {
-    /* It waited in the server's backlog until a client left: keep
-     * only what was open before, and give the slot back at once to
-     * whoever waits behind it.
-     */
-    STAT_ADD (&c->stats, backend_connections_late, 1);
-    p->limit = busy;
-    pool_log (c, true, "ra-cache: a background backend connection "
-              "opened only after %.1f s (the server limits "
-              "connections?): closed again; keeping %u of %u",
-              dt / 1e9, p->limit, p->n);
-  }
-  return c->stopping || p->clients == 0 || dt >= RC_CONNECT_STALL_NS;
+  return t1 - t0 > stall && p->last_leave_ns > t0 &&
+    t1 - p->last_leave_ns <= p->open_ns + RC_STALL_MARGIN_NS;
 }
 
 /* slot holds a new open connection: the workers may use it.  Called
@@ -963,8 +1039,6 @@ conn_opened (struct rc_cache *c, struct rc_conn *slot)
 
   slot->state = RC_CONN_OPEN;
   set_nopen (p, p->nopen + 1);
-  if (p->nopen > p->max_open)
-    p->max_open = p->nopen;
   p->failures = 0;
   STAT_ADD (&c->stats, backend_connection_opens, 1);
   if (p->broken > 0) {
@@ -976,75 +1050,69 @@ conn_opened (struct rc_cache *c, struct rc_conn *slot)
   }
   p->outage_logged = false;
   pthread_cond_broadcast (&c->qcond);
+  pthread_cond_broadcast (&p->ready);
+}
+
+/* Open slot, without c->qlock, and keep it, or close it again.  Called
+ * with c->qlock held.
+ */
+static void
+open_slot (struct rc_cache *c, struct rc_conn *slot, unsigned busy)
+{
+  struct rc_pool *p = &c->pool;
+  uint64_t t0 = now_ns (), t1, stall = stall_ns (p);
+  void *ctx;
+
+  slot->state = RC_CONN_OPENING;
+  p->in_open = true;
+  atomic_store (&p->open_started_ns, t0);
+  atomic_store (&p->opening, true);
+  RELEASE_LOCK (&c->qlock);
+  ctx = c->be.worker_open (c->be.opaque);
+  ACQUIRE_LOCK (&c->qlock);
+  t1 = now_ns ();
+  p->in_open = false;
+  atomic_store (&p->opening, false);
+  if (!ctx) {
+    back_off (c, slot);
+    return;
+  }
+  slot->ctx = ctx;
+  if (c->stopping) {
+    conn_close (c, slot);
+    return;
+  }
+  if (answered_when_client_left (p, t0, t1, stall)) {
+    /* Give the slot back at once to whoever waits behind it. */
+    lower_limit (c, busy, t1, "a background backend connection was "
+                 "answered only when a client left", (t1 - t0) / 1e9);
+    conn_close (c, slot);
+    return;
+  }
+  note_open_ns (p, t1 - t0);
+  conn_opened (c, slot);
 }
 
 /* The connector thread: opens the pool's connections, one at a time. */
 static void *
 connector_main (void *arg)
 {
-  struct rc_connector *cn = arg;
-  struct rc_cache *c = cn->c;
+  struct rc_cache *c = arg;
   struct rc_pool *p = &c->pool;
 
   ACQUIRE_LOCK (&c->qlock);
   while (!c->stopping) {
     struct rc_conn *slot;
     unsigned busy;
-    uint64_t t0, dt;
-    void *ctx;
 
-    slot = wait_for_slot (c, &busy, &t0);
-    if (!slot)
-      continue;
-    slot->state = RC_CONN_OPENING;
-    atomic_store (&p->open_started_ns, t0);
-    atomic_store (&p->opening, true);
-    RELEASE_LOCK (&c->qlock);
-
-    if (!open_unlocked (cn, &ctx))
-      return NULL;
-
-    dt = mono_ns () - t0;
-    ACQUIRE_LOCK (&c->qlock);
-    atomic_store (&p->opening, false);
-    if (!ctx) {
-      back_off (c, slot);
-      continue;
-    }
-    slot->ctx = ctx;
-    if (unwanted_open (c, dt, busy))
-      conn_close (c, slot);
-    else
-      conn_opened (c, slot);
+    slot = wait_for_slot (c, &busy);
+    if (slot)
+      open_slot (c, slot, busy);
   }
+  p->connector_exited = true;
+  pthread_cond_broadcast (&p->ready);
   RELEASE_LOCK (&c->qlock);
-
-  ACQUIRE_LOCK (&connector_lock);
-  cn->exited = true;
-  RELEASE_LOCK (&connector_lock);
   return NULL;
-}
-
-enum rc_cong_answer
-rc_congestion (struct rc_cache *c, enum rc_cong_question q,
-               unsigned n, uint64_t client_bytes)
-{
-  struct rc_cong_load l = {
-    .executing = atomic_load (&c->executing),
-    .queued = atomic_load (&c->queued),
-    .new_reads = q == RC_CONG_EARLY ? n : 0,
-    .client_reads = q == RC_CONG_WINDOW ? n : 0,
-    .client_bytes = client_bytes,
-    .window_bytes = c->cfg.ra_max / 2,
-  };
-
-  return rc_cong_decide (&c->cong, q, &l);
-}
-
-void
-rc_cache_congestion (struct rc_cache *c, struct rc_cong_estimate *out)
-{
-  rc_cong_get (&c->cong, out);
 }
 
 bool
@@ -1060,12 +1128,12 @@ rc_workers_ready (struct rc_cache *c)
    */
   if (atomic_load (&p->opening) && !atomic_load (&p->stall_logged) &&
       (t0 = atomic_load (&p->open_started_ns)) != 0 &&
-      mono_ns () - t0 >= RC_CONNECT_STALL_NS &&
+      now_ns () - t0 >= RC_CONNECT_STALL_NS &&
       !atomic_exchange (&p->stall_logged, true))
     pool_log (c, true, "ra-cache: the backend has not accepted a "
               "background connection in %.0f s (does it allow only one "
               "connection?): readahead goes on without background reads",
-              (mono_ns () - t0) / 1e9);
+              (now_ns () - t0) / 1e9);
   return false;
 }
 
@@ -1078,22 +1146,15 @@ void
 rc_cache_connect (struct rc_cache *c)
 {
   struct rc_pool *p = &c->pool;
-  uint64_t deadline = mono_ns () + RC_CONNECT_WAIT_NS;
+  uint64_t deadline = now_ns () + RC_CONNECT_WAIT_NS;
 
   ACQUIRE_LOCK (&c->qlock);
   if (p->clients++ == 0)
     pthread_cond_signal (&p->ccond);
-  /* Not while opens fail (backoff), nor beyond what the server was
-   * seen to accept.
-   */
-  while (p->cn && p->nopen < p->limit && p->failures == 0 &&
-         !c->stopping && mono_ns () < deadline) {
-    struct timespec ts = { .tv_nsec = 2000000 };
-
-    RELEASE_LOCK (&c->qlock);
-    nanosleep (&ts, NULL);
-    ACQUIRE_LOCK (&c->qlock);
-  }
+  /* Not while opens fail (backoff), nor beyond the limit. */
+  while (p->has_connector && p->nopen < p->limit && p->failures == 0 &&
+         !c->stopping && now_ns () < deadline)
+    cond_wait_until (&p->ready, &c->qlock, deadline);
   RELEASE_LOCK (&c->qlock);
 }
 
@@ -1101,10 +1162,36 @@ void
 rc_cache_disconnect (struct rc_cache *c)
 {
   ACQUIRE_LOCK (&c->qlock);
-  if (c->pool.clients > 0 && --c->pool.clients == 0) {
-    c->pool.last_leave_ns = mono_ns ();
-    pthread_cond_signal (&c->pool.ccond);
-  }
+  if (c->pool.clients > 0)
+    c->pool.clients--;
+  c->pool.last_leave_ns = now_ns ();
+  RELEASE_LOCK (&c->qlock);
+}
+
+void
+rc_cache_open_begin (struct rc_cache *c, struct rc_client_open *o)
+{
+  ACQUIRE_LOCK (&c->qlock);
+  o->t0 = now_ns ();
+  o->next = c->pool.client_opens;
+  c->pool.client_opens = o;
+  pthread_cond_signal (&c->pool.ccond);
+  RELEASE_LOCK (&c->qlock);
+}
+
+void
+rc_cache_open_end (struct rc_cache *c, struct rc_client_open *o, bool ok)
+{
+  struct rc_client_open **po;
+
+  ACQUIRE_LOCK (&c->qlock);
+  for (po = &c->pool.client_opens; *po; po = &(*po)->next)
+    if (*po == o) {
+      *po = o->next;
+      break;
+    }
+  if (ok)
+    note_open_ns (&c->pool, now_ns () - o->t0);
   RELEASE_LOCK (&c->qlock);
 }
 
@@ -1114,6 +1201,12 @@ rc_cache_connections (struct rc_cache *c)
   return atomic_load (&c->pool.nopen_now);
 }
 
+unsigned
+rc_cache_connection_limit (struct rc_cache *c)
+{
+  return atomic_load (&c->pool.limit_now);
+}
+
 static int
 pool_start (struct rc_cache *c, unsigned nworkers)
 {
@@ -1121,11 +1214,12 @@ pool_start (struct rc_cache *c, unsigned nworkers)
   unsigned i;
   int e;
 
-  pthread_cond_init (&p->ccond, NULL);
+  p->limit_retry_min_ns = c->be.limit_retry_ns ? c->be.limit_retry_ns
+    : RC_LIMIT_RETRY_MIN_NS;
   p->n = rc_backend_connections (&c->cfg, c->be.one_call_per_ctx);
   if (p->n > nworkers)
     p->n = nworkers;
-  p->limit = p->n;
+  set_limit (p, p->n);
   if (p->n == 0)
     return 0;
   p->conn = calloc (p->n, sizeof *p->conn);
@@ -1138,66 +1232,26 @@ pool_start (struct rc_cache *c, unsigned nworkers)
     set_nopen (p, p->n);
     return 0;
   }
-  p->cn = calloc (1, sizeof *p->cn);
-  if (!p->cn)
-    return -1;
-  p->cn->c = c;
-  p->cn->be = c->be;
-  e = pthread_create (&p->cn->thread, NULL, connector_main, p->cn);
+  e = pthread_create (&p->connector, NULL, connector_main, c);
   if (e != 0) {
-    free (p->cn);
-    p->cn = NULL;
     errno = e;
     return -1;
   }
+  p->has_connector = true;
   return 0;
 }
 
-/* After the workers have stopped: stop the connector and close every
- * connection.
+/* After the workers have stopped: close every open connection; the
+ * connector leaves when the open it may be in returns (pool_join).
  */
 static void
 pool_stop (struct rc_cache *c)
 {
   struct rc_pool *p = &c->pool;
-  struct rc_connector *cn = p->cn;
   unsigned i;
 
-  if (cn) {
-    uint64_t deadline = mono_ns () + RC_CONNECT_JOIN_NS;
-    bool exited, abandon = false;
-
-    ACQUIRE_LOCK (&c->qlock);
-    pthread_cond_signal (&p->ccond);
-    RELEASE_LOCK (&c->qlock);
-    for (;;) {
-      struct timespec ts = { .tv_nsec = 10000000 };
-
-      ACQUIRE_LOCK (&connector_lock);
-      exited = cn->exited;
-      /* Abandon it only inside worker_open: elsewhere it may be using
-       * the cache, and will exit soon.
-       */
-      if (!exited && cn->in_open && mono_ns () >= deadline)
-        abandon = cn->abandoned = true;
-      RELEASE_LOCK (&connector_lock);
-      if (exited || abandon)
-        break;
-      nanosleep (&ts, NULL);
-    }
-    if (abandon) {
-      pthread_detach (cn->thread);
-      pool_log (c, false, "ra-cache: a background backend connection was "
-                "still opening at shutdown: left behind");
-    }
-    else {
-      pthread_join (cn->thread, NULL);
-      free (cn);
-    }
-    p->cn = NULL;
-  }
-
   ACQUIRE_LOCK (&c->qlock);
+  pthread_cond_broadcast (&p->ccond);
   for (i = 0; i < p->n && p->conn; i++) {
     struct rc_conn *conn = &p->conn[i];
 
@@ -1210,9 +1264,40 @@ pool_stop (struct rc_cache *c)
   }
   set_nopen (p, 0);
   RELEASE_LOCK (&c->qlock);
+}
+
+/* Join the connector: it returns from an open under way (and closes
+ * what it opened) before the cache, and the filter, go away.
+ */
+static void
+pool_join (struct rc_cache *c)
+{
+  struct rc_pool *p = &c->pool;
+
+  if (p->has_connector) {
+    uint64_t t0 = now_ns ();
+    bool logged = false;
+
+    ACQUIRE_LOCK (&c->qlock);
+    pthread_cond_broadcast (&p->ccond);
+    while (!p->connector_exited) {
+      if (!logged && p->in_open && now_ns () - t0 >= RC_SHUTDOWN_LOG_NS) {
+        logged = true;
+        pool_log (c, false, "ra-cache: waiting at shutdown for a "
+                  "background backend open under way to return");
+      }
+      cond_wait_until (&p->ready, &c->qlock,
+                       logged ? UINT64_MAX : t0 + RC_SHUTDOWN_LOG_NS);
+    }
+    RELEASE_LOCK (&c->qlock);
+    pthread_join (p->connector, NULL);
+    p->has_connector = false;
+  }
   free (p->conn);
   p->conn = NULL;
   p->n = 0;
+  pthread_cond_destroy (&p->ccond);
+  pthread_cond_destroy (&p->ready);
 }
 
 int
@@ -1223,26 +1308,27 @@ rc_workers_start (struct rc_cache *c, unsigned n)
 
   for (i = 0; i < RC_PROMOTE_PENDING; i++)
     c->promote_pending[i] = RA_NO_MARKER;
+  cond_init_monotonic (&c->pool.ccond);
+  cond_init_monotonic (&c->pool.ready);
   c->workers = calloc (n, sizeof *c->workers);
   if (!c->workers)
-    return -1;
-  for (i = 0; i < n; i++) {
-    e = pthread_create (&c->workers[i], NULL, worker_main, c);
-    if (e != 0) {
-      c->nworkers = i;
-      rc_workers_stop (c);
-      errno = e;
-      return -1;
-    }
-  }
-  c->nworkers = n;
-  if (pool_start (c, n) == -1) {
     e = errno;
-    rc_workers_stop (c);
-    errno = e;
-    return -1;
+  else {
+    for (i = 0; i < n; i++) {
+      e = pthread_create (&c->workers[i], NULL, worker_main, c);
+      if (e != 0)
+        break;
+    }
+    c->nworkers = i;
+    if (i == n && pool_start (c, n) == 0)
+      return 0;
+    if (i == n)
+      e = errno;
   }
-  return 0;
+  rc_workers_stop (c);
+  rc_workers_join (c);
+  errno = e;
+  return -1;
 }
 
 void
@@ -1268,4 +1354,10 @@ rc_workers_stop (struct rc_cache *c)
   c->workers = NULL;
   c->nworkers = 0;
   pool_stop (c);
+}
+
+void
+rc_workers_join (struct rc_cache *c)
+{
+  pool_join (c);
 }

@@ -53,28 +53,37 @@ struct rc_conn {
   unsigned users;               /* workers reading through it now */
 };
 
-struct rc_connector;
-
-/* Guarded by the cache's qlock, except nopen_now. */
+/* Guarded by the cache's qlock, except the _now copies. */
 struct rc_pool {
   struct rc_conn *conn;
   unsigned n;                   /* min (ra-backend-connections, workers) */
-  unsigned limit;               /* most kept open: n, less after a stall */
+  unsigned limit;               /* most kept open: n, less while the
+                                   server is seen to limit connections */
+  uint64_t limit_retry_ns;      /* when the limit rises again (0: never) */
+  uint64_t limit_backoff_ns;    /* the wait before it rises, doubling */
+  uint64_t limit_retry_min_ns;  /* ... at first */
+  uint64_t open_ns;             /* how long an open takes, lately */
+  uint64_t yielded_ns;          /* when one was closed for a client's open */
+  struct rc_client_open *client_opens; /* clients' opens under way */
   unsigned nopen;               /* RC_CONN_OPEN now */
-  unsigned max_open;            /* the most open at once so far */
-  uint64_t last_leave_ns;       /* when clients last fell to 0 */
   _Atomic unsigned nopen_now;   /* the same, read without the lock */
+  _Atomic unsigned limit_now;   /* limit, read without the lock */
+  uint64_t last_leave_ns;       /* when a client last disconnected */
   unsigned rr;                  /* round robin over open connections */
   unsigned clients;             /* rc_cache_connect - rc_cache_disconnect */
   unsigned broken;              /* lost, not replaced yet */
   unsigned failures;            /* failed opens in a row (backoff) */
   uint64_t next_try_ns;
-  _Atomic bool opening;         /* an open is under way ... */
+  bool in_open;                 /* the connector is in worker_open */
+  _Atomic bool opening;         /* the same, for rc_workers_ready ... */
   _Atomic uint64_t open_started_ns; /* ... since then */
   _Atomic bool stall_logged;
   bool outage_logged;
   pthread_cond_t ccond;         /* wakes the connector */
-  struct rc_connector *cn;      /* the connector thread */
+  pthread_cond_t ready;         /* an open ended, the limit fell, the
+                                   connector exited */
+  pthread_t connector;
+  bool has_connector, connector_exited;
 };
 
 struct rc_cache {
@@ -153,6 +162,10 @@ struct rc_stream {
 /* backend-io.c */
 int rc_workers_start (struct rc_cache *c, unsigned n);
 void rc_workers_stop (struct rc_cache *c);
+/* After rc_workers_stop: wait for the connector (an open under way
+ * returns first) and free the connections.
+ */
+void rc_workers_join (struct rc_cache *c);
 void rc_queue_job (struct rc_cache *c, ra_pgoff start, ra_pgoff count,
                    bool async, struct rc_wait *wait);
 int rc_backend_read_pages (struct rc_cache *c, void *ctx, ra_pgoff start,

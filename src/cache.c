@@ -94,6 +94,7 @@ rc_cache_free (struct rc_cache *c)
   if (!c)
     return;
   rc_workers_stop (c);
+  rc_workers_join (c);
   rc_pc_free (c->pc);
   rc_bounce_free_all (c);
   pthread_mutex_destroy (&c->bounce_lock);

@@ -37,6 +37,11 @@ struct rc_backend {
    * then used by one worker at a time.
    */
   bool one_call_per_ctx;
+  /* After the server was seen to limit connections, how long until one
+   * more background connection is tried (doubling after each new sign
+   * of the limit, up to 30 min); 0: 30 s.
+   */
+  uint64_t limit_retry_ns;
 };
 
 struct rc_cache;
@@ -61,15 +66,30 @@ void rc_cache_free (struct rc_cache *c);
  * one at a time, while at least one client is connected: the filter
  * calls rc_cache_connect once a client has its own backend context (so
  * a server that allows one connection serves that client first) and
- * rc_cache_disconnect when it goes.  When the last client goes the
- * background connections are closed, so that such a server has its
- * slots free for the next client.  A worker takes a job only while a
- * connection is open.
+ * rc_cache_disconnect when it goes.  The connections stay open while no
+ * client is connected.  A worker takes a job only while a connection is
+ * open.
  */
 void rc_cache_connect (struct rc_cache *c);
 void rc_cache_disconnect (struct rc_cache *c);
-/* Background connections open now. */
+/* A client's own backend open under way (the filter's .open), from
+ * rc_cache_open_begin to rc_cache_open_end (ok: it succeeded), o alive
+ * meanwhile: its duration tells how long an open takes, and one that is
+ * not answered while background connections are open makes the pool
+ * close one (a server that limits connections may wait for its slot).
+ */
+struct rc_client_open {
+  uint64_t t0;
+  struct rc_client_open *next;
+};
+void rc_cache_open_begin (struct rc_cache *c, struct rc_client_open *o);
+void rc_cache_open_end (struct rc_cache *c, struct rc_client_open *o,
+                        bool ok);
+/* Background connections open now, and the most the pool keeps now
+ * (lowered while the server is seen to limit connections).
+ */
 unsigned rc_cache_connections (struct rc_cache *c);
+unsigned rc_cache_connection_limit (struct rc_cache *c);
 
 /* Set the export size on first use; later calls return -1 if the size
  * differs (the connection must then not use the cache).

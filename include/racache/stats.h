@@ -130,7 +130,10 @@
      "Opens that replaced a broken background connection.")             \
   X (COUNTER, backend_connections_late,                                 \
      RC_FIELD (backend_connections_late), -1, 0,                        \
-     "Background connection opens that completed too late.")            \
+     "Signs that the server limits connections (each lowered the limit).") \
+  X (GAUGE, backend_connection_limit,                                   \
+     RC_CACHE (rc_cache_connection_limit (s->c)), -1, 0,                \
+     "Most background connections kept now.")                           \
   X (GAUGE, cache_pages, RC_CACHE (s->pc.pages), -1, 0,                 \
      "Pages in the cache.")                                             \
   X (GAUGE, cache_pages_inflight, RC_CACHE (s->pc.inflight), -1, 0,     \

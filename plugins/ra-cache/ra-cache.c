@@ -535,13 +535,19 @@ backend_pread (void *opaque, void *ctx, void *buf, uint32_t count,
   return r;
 }
 
+/* The plugin's open runs without backend_lock, also with a plugin that
+ * serializes all requests: an open can take seconds (a login over a
+ * WAN), and every client call would wait for it.  nbdkit runs a
+ * connecting client's open beside other connections' requests with
+ * serialize_requests and parallel plugins; with serialize_all_requests
+ * this open is the one plugin call of the filter that may overlap
+ * another (see LIMITATIONS in the man page).  The short calls after it
+ * take the lock.
+ */
 static void *
 backend_worker_open (void *opaque)
 {
   nbdkit_next *next;
-
-  if (serialize_backend)
-    ACQUIRE_LOCK (&backend_lock);
   static bool said;
 
   /* Contexts without a connection make nbdkit_export_name() fail, and
@@ -562,12 +568,16 @@ backend_worker_open (void *opaque)
   /* nbdkit checks every request against the context's export size,
    * which it learns from get_size: ask once, as a connection would.
    */
-  if (next && (next->prepare (next) == -1 || next->get_size (next) == -1)) {
-    nbdkit_next_context_close (next);
-    next = NULL;
+  if (next) {
+    if (serialize_backend)
+      ACQUIRE_LOCK (&backend_lock);
+    if (next->prepare (next) == -1 || next->get_size (next) == -1) {
+      nbdkit_next_context_close (next);
+      next = NULL;
+    }
+    if (serialize_backend)
+      RELEASE_LOCK (&backend_lock);
   }
-  if (serialize_backend)
-    RELEASE_LOCK (&backend_lock);
   /* The core retries with backoff and logs once (backend_log). */
   if (!next)
     nbdkit_debug ("ra-cache: a background backend connection could not "
@@ -729,10 +739,18 @@ ra_cache_open (nbdkit_next_open *next, nbdkit_context *nxdata,
 {
   struct handle *h;
 
+  struct rc_client_open o;
+  int r;
+
   /* With a plugin that serializes requests, its open must not overlap
-   * a background worker's read either.
+   * a background worker's read either.  The core times it: how long an
+   * open takes, and whether one waits for a slot that the background
+   * connections hold (src/backend-io.c).
    */
-  if (BACKEND_CALL (next (nxdata, readonly, exportname)) == -1)
+  rc_cache_open_begin (cache, &o);
+  r = BACKEND_CALL (next (nxdata, readonly, exportname));
+  rc_cache_open_end (cache, &o, r == 0);
+  if (r == -1)
     return NULL;
   h = calloc (1, sizeof *h);
   if (!h) {

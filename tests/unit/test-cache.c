@@ -38,6 +38,7 @@ struct opts {
   unsigned policy;
   unsigned conns;               /* ra-backend-connections; 0: the default */
   bool serial;                  /* the backend runs one call per context */
+  uint64_t limit_retry_ns;      /* struct rc_backend's; 0: the default */
 };
 
 /* OPTS (.field = value, ...): the defaults below, with some overridden
@@ -157,6 +158,7 @@ mk_cache_nowait (struct fake *f, struct opts o)
   if (o.conns)
     cfg.backend_connections = o.conns;
   be.one_call_per_ctx = o.serial;
+  be.limit_retry_ns = o.limit_retry_ns;
   bad = rc_config_check (&cfg, msg, sizeof msg);
   ck_assert_msg (bad == NULL, "config: %s", bad);
   c = rc_cache_new (&cfg, &be, cfg.max_background);
@@ -1793,15 +1795,45 @@ START_TEST (test_open_fails)
 }
 END_TEST
 
-/* worker_open never returns (a server that holds the connection in its
- * backlog): every read completes through the client's context, a
- * multi-batch sync part included, and the cache stops within seconds.
+struct free_arg {
+  struct rc_cache *c;
+  _Atomic bool done;
+};
+
+static void *
+free_thread (void *arg)
+{
+  struct free_arg *a = arg;
+
+  rc_cache_free (a->c);
+  atomic_store (&a->done, true);
+  return NULL;
+}
+
+/* The fake's worker_open is held, or not. */
+static void
+hold_opens (struct fake *f, bool held)
+{
+  pthread_mutex_lock (&f->lock);
+  f->open_blocked = held;
+  pthread_cond_broadcast (&f->cond);
+  pthread_mutex_unlock (&f->lock);
+}
+
+/* worker_open does not return while the test holds it (a server that
+ * holds the connection in its backlog): every read completes through
+ * the client's context, a multi-batch sync part included.  At shutdown
+ * the connector is joined, not left behind: rc_cache_free returns only
+ * once the open has returned and its context is closed (the filter's
+ * cleanup runs before nbdkit unloads the plugin the open runs in).
  */
 START_TEST (test_open_blocks)
 {
   struct rc_cache *c;
   struct rc_stream *s;
-  uint64_t off, t0, deadline;
+  struct free_arg fa = { .done = false };
+  pthread_t t;
+  uint64_t off;
 
   struct fake *f = bed_fake (8 * MiB);
   f->open_blocked = true;
@@ -1814,28 +1846,117 @@ START_TEST (test_open_blocks)
   ASSERT_IDLE (c);
   ck_assert (all_by_client (f, 0));
   ck_assert_uint_eq (fake_read (f, &f->open_waiting), 1);
-  t0 = now_ns ();
   rc_stream_free (s);
-  rc_cache_free (c);
+  rc_cache_disconnect (c);
+  rc_cache_stop (c);
+  fa.c = c;
   bed.c = NULL;
-  ck_assert_msg (now_ns () - t0 < UINT64_C (5) * 1000000000,
-                 "stopping took %.1f s", (now_ns () - t0) / 1e9);
-  /* The abandoned open returns now: its context is closed at once. */
-  pthread_mutex_lock (&f->lock);
-  f->open_blocked = false;
-  pthread_cond_broadcast (&f->cond);
-  pthread_mutex_unlock (&f->lock);
-  deadline = now_ns () + PATIENCE_NS;
-  /* Read under the fake's lock: the connector thread changes them (and
-   * once closed == opened under that lock, it no longer touches the
-   * fake, which the fixture then frees).
+  ck_assert_int_eq (pthread_create (&t, NULL, free_thread, &fa), 0);
+  /* Longer than the 1 s after which the connector used to be left
+   * behind, its open still under way.
    */
-  while ((fake_read (f, &f->opened) != fake_read (f, &f->closed) ||
-          fake_read (f, &f->open_waiting)) && now_ns () < deadline)
+  sleep_ns (1500000000);
+  ck_assert_msg (!atomic_load (&fa.done),
+                 "rc_cache_free returned while an open was under way");
+  hold_opens (f, false);
+  pthread_join (t, NULL);
+  ck_assert (atomic_load (&fa.done));
+  ck_assert_uint_eq (f->opened, 1);
+  ck_assert_uint_eq (f->closed, 1);
+}
+END_TEST
+
+/* A slow open is a slow open: a background open answered after a
+ * while, with the client still there or not (a probe that left before
+ * it was answered), is kept, and the next client's windows are read
+ * ahead through it.
+ */
+START_TEST (test_open_slow_kept)
+{
+  struct rc_cache *c;
+  struct rc_stream *s;
+  uint64_t off;
+
+  struct fake *f = bed_fake (8 * MiB);
+  f->open_blocked = true;
+  c = mk_cache_nowait (f, OPTS (.ra_max = 256 * KiB, .io_max = 64 * KiB));
+  /* The probe leaves at once; the open is answered 0.6 s later. */
+  rc_cache_disconnect (c);
+  sleep_ns (600000000);
+  hold_opens (f, false);
+  ck_assert_msg (wait_connections (c, 1), "the slow open was not kept");
+  ck_assert_uint_eq (rc_cache_connection_limit (c), 1);
+  ck_assert_uint_eq (ST (c, backend_connections_late), 0);
+  rc_cache_connect (c);
+  s = rc_stream_new ();
+  for (off = 0; off < 4 * MiB; off += 64 * KiB)
+    RD_OK (c, s, f, off, 64 * KiB);
+  ASSERT_IDLE (c);
+  ck_assert_uint_gt (ST (c, async_pages), 0);
+  rc_stream_free (s);
+}
+END_TEST
+
+/* A server that limits connections: the background open waits in its
+ * backlog and is answered right after the client left.  The pool keeps
+ * no connection (the slot goes to the next client), counts it and shows
+ * the lowered limit; after the retry backoff the limit rises again and a
+ * connection opens while a client is connected.
+ */
+START_TEST (test_open_limit_rises)
+{
+  struct rc_cache *c;
+  uint64_t deadline;
+
+  struct fake *f = bed_fake (8 * MiB);
+  f->open_blocked = true;
+  c = mk_cache_nowait (f, OPTS (.limit_retry_ns = 400000000));
+  /* In the backlog longer than an open takes (the fake's are instant). */
+  sleep_ns (600000000);
+  rc_cache_disconnect (c);
+  hold_opens (f, false);
+  deadline = now_ns () + PATIENCE_NS;
+  while (ST (c, backend_connections_late) == 0 && now_ns () < deadline)
     sleep_ns (1000000);
-  ck_assert_uint_eq (fake_read (f, &f->opened), 1);
+  ck_assert_uint_eq (ST (c, backend_connections_late), 1);
+  ck_assert_uint_eq (rc_cache_connection_limit (c), 0);
+  while (fake_read (f, &f->closed) < 1 && now_ns () < deadline)
+    sleep_ns (1000000);
   ck_assert_uint_eq (fake_read (f, &f->closed), 1);
-  sleep_ns (50000000);        /* let the connector thread exit */
+  ck_assert_uint_eq (rc_cache_connections (c), 0);
+  /* A client comes back; the limit rises after the backoff. */
+  rc_cache_connect (c);
+  ck_assert_msg (wait_connections (c, 1), "the limit never rose again");
+  ck_assert_uint_eq (rc_cache_connection_limit (c), 1);
+  ck_assert_uint_eq (ST (c, backend_connections_late), 1);
+}
+END_TEST
+
+/* A client's own open is not answered while a background connection is
+ * open (a server with one slot, which the pool holds): the pool closes
+ * its connection and lowers the limit.
+ */
+START_TEST (test_open_yields_to_client)
+{
+  struct rc_cache *c;
+  struct rc_client_open o;
+  uint64_t deadline;
+
+  struct fake *f = bed_fake (8 * MiB);
+  c = mk_cache (f, OPTS (.limit_retry_ns = 60000000000));
+  rc_cache_disconnect (c);
+  ck_assert_uint_eq (rc_cache_connections (c), 1);
+  rc_cache_open_begin (c, &o);
+  deadline = now_ns () + PATIENCE_NS;
+  while (rc_cache_connections (c) > 0 && now_ns () < deadline)
+    sleep_ns (1000000);
+  ck_assert_uint_eq (rc_cache_connections (c), 0);
+  ck_assert_uint_eq (rc_cache_connection_limit (c), 0);
+  ck_assert_uint_eq (ST (c, backend_connections_late), 1);
+  rc_cache_open_end (c, &o, true);
+  rc_cache_connect (c);
+  sleep_ns (300000000);
+  ck_assert_uint_eq (rc_cache_connections (c), 0);
 }
 END_TEST
 
@@ -1916,9 +2037,13 @@ START_TEST (test_conn_lost)
     ASSERT_IDLE (c);
     ck_assert_uint_gt (ST (c, async_pages), before);
   }
-  /* No client left: the connections are closed. */
+  /* No client left: the connections stay open (a backend whose opens
+   * are slow pays for them once), and the limit where it was.
+   */
   rc_cache_disconnect (c);
-  ck_assert_msg (wait_connections (c, 0), "not closed without clients");
+  sleep_ns (300000000);
+  ck_assert_uint_eq (rc_cache_connections (c), 4);
+  ck_assert_uint_eq (rc_cache_connection_limit (c), 4);
   rc_stream_free (s);
 }
 END_TEST
@@ -1996,6 +2121,9 @@ cache_suite (void)
   tcase_add_checked_fixture (tc, bed_setup, bed_teardown);
   tcase_add_test (tc, test_open_fails);
   tcase_add_test (tc, test_open_blocks);
+  tcase_add_test (tc, test_open_slow_kept);
+  tcase_add_test (tc, test_open_limit_rises);
+  tcase_add_test (tc, test_open_yields_to_client);
   tcase_add_test (tc, test_conn_lost);
   tcase_add_test (tc, test_conn_default);
   tcase_set_timeout (tc, 120);
