@@ -40,11 +40,13 @@
 #include "racache/util.h"
 
 void
-rc_wait_init (struct rc_wait *w)
+rc_wait_init (struct rc_wait *w, ra_pgoff need_start, ra_pgoff need_end)
 {
   pthread_mutex_init (&w->lock, NULL);
   pthread_cond_init (&w->done, NULL);
   w->pending = 0;
+  w->need_start = need_start;
+  w->need_end = need_end;
   w->err = 0;
 }
 
@@ -63,11 +65,12 @@ wait_add (struct rc_wait *w)
   RELEASE_LOCK (&w->lock);
 }
 
+/* A job of group w, pages [start, start + count), ended with err. */
 static void
-wait_finish (struct rc_wait *w, int err)
+wait_finish (struct rc_wait *w, int err, ra_pgoff start, ra_pgoff count)
 {
   ACQUIRE_LOCK (&w->lock);
-  if (err && !w->err)
+  if (err && !w->err && start < w->need_end && start + count > w->need_start)
     w->err = err;
   /* Signal while holding the lock: the waiter may destroy w as soon as
    * it sees pending == 0.
@@ -342,21 +345,16 @@ rc_backend_read_pages_to (struct rc_cache *c, void *ctx, ra_pgoff start,
 }
 
 /* Does a client wait for a page of [start, start + count) whose job
- * was not queued yet (rc_promote)?  Takes the entry.  Called with
- * c->qlock held.
+ * was not queued yet (rc_promote)?  Called with c->qlock held.
  */
 static bool
 promote_pending (struct rc_cache *c, ra_pgoff start, ra_pgoff count)
 {
-  unsigned i;
+  struct rc_promotion *pr;
 
-  for (i = 0; i < RC_PROMOTE_PENDING; i++)
-    if (c->promote_pending[i] != RA_NO_MARKER &&
-        c->promote_pending[i] >= start &&
-        c->promote_pending[i] < start + count) {
-      c->promote_pending[i] = RA_NO_MARKER;
+  for (pr = c->promotions; pr; pr = pr->next)
+    if (pr->index >= start && pr->index < start + count)
       return true;
-    }
   return false;
 }
 
@@ -371,7 +369,7 @@ rc_queue_job (struct rc_cache *c, ra_pgoff start, ra_pgoff count,
     rc_pc_complete (c->pc, start, count, NULL, 0, ENOMEM);
     if (wait) {
       wait_add (wait);
-      wait_finish (wait, ENOMEM);
+      wait_finish (wait, ENOMEM, start, count);
     }
     return;
   }
@@ -465,13 +463,15 @@ dequeue (struct rc_cache *c, bool all)
 /* A client is about to wait for page index, which is in flight: if its
  * read is still queued as speculation, move it among the sync jobs so
  * the client does not wait behind other speculation (and the read is
- * still issued once).
+ * still issued once); if it is not queued, it may be about to be (or it
+ * is running, or done): register pr until the wait is over.
  */
 void
-rc_promote (struct rc_cache *c, ra_pgoff index)
+rc_promote (struct rc_cache *c, ra_pgoff index, struct rc_promotion *pr)
 {
   struct rc_job **pj, *j;
 
+  pr->registered = false;
   ACQUIRE_LOCK (&c->qlock);
   for (pj = &c->async_head; (j = *pj) != NULL; pj = &j->next) {
     if (index >= j->start && index < j->start + j->count) {
@@ -486,16 +486,32 @@ rc_promote (struct rc_cache *c, ra_pgoff index)
       break;
     }
   }
-  /* Not queued: its job may be about to be (or it is running, or
-   * done: then the entry is stale and harmless).
-   */
   if (!j) {
-    c->promote_pending[c->promote_next] = index;
-    c->promote_next = (c->promote_next + 1) % RC_PROMOTE_PENDING;
+    pr->index = index;
+    pr->registered = true;
+    pr->next = c->promotions;
+    c->promotions = pr;
   }
   RELEASE_LOCK (&c->qlock);
   if (j)
     pthread_cond_signal (&c->qcond);
+}
+
+void
+rc_promote_end (struct rc_cache *c, struct rc_promotion *pr)
+{
+  struct rc_promotion **pp;
+
+  if (!pr->registered)
+    return;
+  ACQUIRE_LOCK (&c->qlock);
+  for (pp = &c->promotions; *pp; pp = &(*pp)->next)
+    if (*pp == pr) {
+      *pp = pr->next;
+      break;
+    }
+  RELEASE_LOCK (&c->qlock);
+  pr->registered = false;
 }
 
 static void
@@ -504,7 +520,7 @@ finish_job (struct rc_cache *c, struct rc_job *j, int r, int err)
   if (j->async)
     STAT_ADD (&c->stats, async_pages, r == 0 ? j->count : 0);
   if (j->wait)
-    wait_finish (j->wait, r == 0 ? 0 : err);
+    wait_finish (j->wait, r == 0 ? 0 : err, j->start, j->count);
   free (j);
 }
 
@@ -1306,8 +1322,6 @@ rc_workers_start (struct rc_cache *c, unsigned n)
   unsigned i;
   int e;
 
-  for (i = 0; i < RC_PROMOTE_PENDING; i++)
-    c->promote_pending[i] = RA_NO_MARKER;
   cond_init_monotonic (&c->pool.ccond);
   cond_init_monotonic (&c->pool.ready);
   c->workers = calloc (n, sizeof *c->workers);

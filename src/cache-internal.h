@@ -16,10 +16,21 @@ struct rc_wait {
   pthread_mutex_t lock;
   pthread_cond_t done;
   unsigned pending;
-  int err;                      /* first error, 0 if none */
+  ra_pgoff need_start, need_end; /* the pages whose errors count */
+  int err;                      /* first error of a read of them, or 0 */
 };
 
-#define RC_PROMOTE_PENDING 16
+/* A client about to wait for page index, in flight, whose async job
+ * was not queued yet (rc_promote): the job is queued among the sync
+ * jobs.  Registered for the wait only (rc_promote_end), on the waiting
+ * client's stack, so that no waiter is ever forgotten and no stale
+ * entry promotes unrelated speculation.
+ */
+struct rc_promotion {
+  ra_pgoff index;
+  bool registered;
+  struct rc_promotion *next;
+};
 
 /* The yield bound (adaptive mode): for RC_YIELD_NS after a client of
  * another stream last waited for a read at random (a branch G window),
@@ -135,13 +146,13 @@ struct rc_cache {
   pthread_cond_t qcond;
   struct rc_job *sync_head, **sync_tail;
   struct rc_job *async_head, **async_tail;
-  /* Pages a client began to wait for before their async job was queued
-   * (the window's pages are in flight from submit on, its jobs queued
-   * just after): such a job is queued among the sync jobs, so that no
-   * waiting client depends on speculation being let through.
+  /* Clients waiting for pages whose async job was not queued yet (the
+   * window's pages are in flight from submit on, its async jobs queued
+   * once its sync part is read): such a job is queued among the sync
+   * jobs, so that no waiting client depends on speculation being let
+   * through.
    */
-  ra_pgoff promote_pending[RC_PROMOTE_PENDING];
-  unsigned promote_next;
+  struct rc_promotion *promotions;
   bool stopping;
   unsigned nworkers;
   pthread_t *workers;
@@ -182,8 +193,17 @@ int rc_backend_read_direct (struct rc_cache *c, void *ctx, void *buf,
                             uint32_t count, uint64_t offset, int *err);
 int rc_backend_read_around (struct rc_cache *c, void *ctx, void *buf,
                             uint32_t count, uint64_t offset, int *err);
-void rc_promote (struct rc_cache *c, ra_pgoff index);
-void rc_wait_init (struct rc_wait *w);
+/* A client is about to wait for page index, in flight: promote its
+ * job, or register pr (alive until rc_promote_end) for when it is
+ * queued.
+ */
+void rc_promote (struct rc_cache *c, ra_pgoff index, struct rc_promotion *pr);
+/* The wait is over: unregister pr if rc_promote registered it. */
+void rc_promote_end (struct rc_cache *c, struct rc_promotion *pr);
+/* A group whose first error counts only when a failed read overlaps
+ * pages [need_start, need_end).
+ */
+void rc_wait_init (struct rc_wait *w, ra_pgoff need_start, ra_pgoff need_end);
 void rc_wait_destroy (struct rc_wait *w);
 int rc_wait_for (struct rc_cache *c, void *ctx, struct rc_wait *w);
 /* False while no background connection is open (the workers then take

@@ -337,6 +337,7 @@ struct client_read {
   void *ctx;
   char *buf;
   ra_pgoff again_page;          /* see rc_pc_access's again */
+  struct rc_promotion pr;       /* while it waits for a page in flight */
 };
 
 /* Does batch [start, start + count) lie wholly inside rd's bytes? */
@@ -367,7 +368,9 @@ batch_in_client_buf (struct rc_cache *c, const struct rc_read *rd,
  * the sync read its client waits for; a window without a sync part (an
  * async trigger) is queued at once.  A client that meanwhile waits for
  * an async page finds its job promoted when it is queued (rc_promote).
- * Returns 0, or -1 with *err if a sync read failed.
+ * Returns 0, or -1 with *err if a sync read of a page of [need_start,
+ * need_end) failed: the pages the caller needs (those of a trigger's
+ * request from its page on; every page of a forced fill).
  */
 static void
 queue_async (struct rc_cache *c, const struct batches *bs)
@@ -381,7 +384,8 @@ queue_async (struct rc_cache *c, const struct batches *bs)
 
 static int
 issue_batches (struct rc_cache *c, void *ctx, struct batches *bs,
-               struct rc_read *rd, char *buf, int *err)
+               struct rc_read *rd, char *buf, ra_pgoff need_start,
+               ra_pgoff need_end, int *err)
 {
   struct rc_wait wait;
   int first = -1, nsync = 0;
@@ -410,7 +414,7 @@ issue_batches (struct rc_cache *c, void *ctx, struct batches *bs,
   for (i = last + 1; i < bs->n; i++)
     if (!bs->b[i].async) {
       if (nsync++ == 0)
-        rc_wait_init (&wait);
+        rc_wait_init (&wait, need_start, need_end);
       rc_queue_job (c, bs->b[i].start, bs->b[i].count, false, &wait);
     }
   STAT_ADD (&c->stats, sync_pages, count);
@@ -425,6 +429,8 @@ issue_batches (struct rc_cache *c, void *ctx, struct batches *bs,
   }
   else
     r = rc_backend_read_pages (c, ctx, start, count, err);
+  if (r == -1 && !(start < need_end && start + count > need_start))
+    r = 0;                      /* not a page the caller needs */
   if (nsync > 0) {
     int e = rc_wait_for (c, ctx, &wait);
 
@@ -597,7 +603,7 @@ trigger (struct rc_cache *c, struct rc_stream *s, void *ctx,
   }
   submit_window (c, &s->ra, &w, last, &bs, io);
   RELEASE_LOCK (&s->lock);
-  r = issue_batches (c, ctx, &bs, rd, buf, err);
+  r = issue_batches (c, ctx, &bs, rd, buf, index, last, err);
   batches_free (&bs);
   return r;
 }
@@ -626,12 +632,6 @@ late (struct rc_cache *c, struct rc_stream *s, void *ctx, ra_pgoff index)
   }
 }
 
-/* Before a client waits for a page in flight. */
-static void
-promote (void *arg, ra_pgoff index)
-{
-  rc_promote (arg, index);
-}
 
 /* The read path's ops (include/racache/readpath.h) over the shared
  * page cache, for one client read (opaque: struct client_read).
@@ -647,17 +647,29 @@ cr_copy_run (void *opaque, struct rc_read *rd, ra_pgoff index, unsigned n)
                          cr->again_page);
 }
 
+/* Before a client waits for a page in flight. */
+static void
+promote (void *arg, ra_pgoff index)
+{
+  struct client_read *cr = arg;
+
+  rc_promote (cr->c, index, &cr->pr);
+}
+
 static enum rc_access
 cr_access (void *opaque, struct rc_read *rd, ra_pgoff index, uint64_t from,
            uint64_t to, bool *waited, bool *waited_ahead)
 {
   struct client_read *cr = opaque;
   uint64_t page_start = index << cr->c->params.page_shift;
+  enum rc_access r;
 
-  return rc_pc_access (cr->c->pc, index, cr->buf + (from - rd->offset),
-                       (uint32_t) (from - page_start),
-                       (uint32_t) (to - from), index == cr->again_page,
-                       promote, cr->c, waited, waited_ahead);
+  r = rc_pc_access (cr->c->pc, index, cr->buf + (from - rd->offset),
+                    (uint32_t) (from - page_start),
+                    (uint32_t) (to - from), index == cr->again_page,
+                    promote, cr, waited, waited_ahead);
+  rc_promote_end (cr->c, &cr->pr);
+  return r;
 }
 
 static int
@@ -668,14 +680,6 @@ cr_trigger (void *opaque, struct rc_read *rd, ra_pgoff index, bool marker,
 
   return trigger (cr->c, cr->s, cr->ctx, index, marker, rd->last, rd,
                   cr->buf, err);
-}
-
-static bool
-cr_cached (void *opaque, ra_pgoff index)
-{
-  struct client_read *cr = opaque;
-
-  return rc_pc_query_ops.cached (cr->c->pc, index);
 }
 
 static void
@@ -703,7 +707,6 @@ static const struct rc_read_ops client_read_ops = {
   .copy_run = cr_copy_run,
   .access = cr_access,
   .trigger = cr_trigger,
-  .cached = cr_cached,
   .late = cr_late,
   .direct = cr_direct,
 };
@@ -784,7 +787,7 @@ rc_fill (struct rc_cache *c, void *ctx, uint32_t count, uint64_t offset,
 
     batches_init (&bs, c, true);
     submit_window (c, NULL, &w, last, &bs, c->params.io_max);
-    r = issue_batches (c, ctx, &bs, NULL, NULL, err);
+    r = issue_batches (c, ctx, &bs, NULL, NULL, 0, RA_NO_MARKER, err);
     /* When the batch list could not grow (out of memory), the rest of
      * the chunk was not inserted: go on from the end of the last batch.
      */

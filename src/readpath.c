@@ -104,13 +104,10 @@ rc_read_path (const struct rc_read_ops *ops, void *opaque,
         tries = 0;
         break;
       }
-      /* A failed sync read fails this client only if it was reading a
-       * page the client needs now: the window's sync part may reach past
-       * the request, and another page's error is not this client's (it
-       * meets that page again, and retries it, if it asked for it).
+      /* Fails only if a read of a page of the request failed (see the
+       * trigger op), whatever became of page i since.
        */
-      if (ops->trigger (opaque, rd, i, false, err) == -1 &&
-          !ops->cached (opaque, i))
+      if (ops->trigger (opaque, rd, i, false, err) == -1)
         return -1;
       break;
     }

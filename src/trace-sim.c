@@ -536,14 +536,6 @@ sim_trigger (void *opaque, struct rc_read *rd, ra_pgoff i, bool marker,
   return 0;
 }
 
-static bool
-sim_cached (void *opaque, ra_pgoff i)
-{
-  struct sim *s = opaque;
-
-  return rc_pc_query_ops.cached (s->pc, i);
-}
-
 static void
 sim_late (void *opaque, struct rc_read *rd, ra_pgoff i)
 {
@@ -568,7 +560,6 @@ sim_direct (void *opaque, struct rc_read *rd, ra_pgoff i, uint64_t from,
 static const struct rc_read_ops sim_read_ops = {
   .access = sim_access,
   .trigger = sim_trigger,
-  .cached = sim_cached,
   .late = sim_late,
   .direct = sim_direct,
 };

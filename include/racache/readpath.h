@@ -72,12 +72,12 @@ struct rc_read_ops {
                             bool *waited, bool *waited_ahead);
   /* A trigger at page index (marker: async) of the read: decide a window
    * (normally with rc_read_decide), submit it, read its sync part.
-   * Returns 0, or -1 with *err when a sync read failed.
+   * Returns 0, or -1 with *err when the sync read of a page of
+   * [index, rd->last) failed: a sync part may reach past the request,
+   * and a failed read of a page beyond it is not this client's.
    */
   int (*trigger) (void *opaque, struct rc_read *rd, ra_pgoff index,
                   bool marker, int *err);
-  /* Is page index cached (after a failed sync trigger)? */
-  bool (*cached) (void *opaque, ra_pgoff index);
   /* Optional: the client waited for a page an async part had in flight
    * (adaptive mode's late feedback).
    */

@@ -39,6 +39,7 @@ struct opts {
   unsigned conns;               /* ra-backend-connections; 0: the default */
   bool serial;                  /* the backend runs one call per context */
   uint64_t limit_retry_ns;      /* struct rc_backend's; 0: the default */
+  unsigned mode;                /* ra-mode (RA_MODE_*) */
 };
 
 /* OPTS (.field = value, ...): the defaults below, with some overridden
@@ -48,7 +49,8 @@ struct opts {
 #define OPTS(...) ((struct opts) {                                      \
       .page = 4 * KiB, .cache = 4 * MiB, .ra_max = 128 * KiB,           \
       .io_max = 128 * KiB, .bg = 4, .thresh = 4,                        \
-      .policy = RC_CONGESTION_SKIP, __VA_ARGS__ })
+      .policy = RC_CONGESTION_SKIP, .mode = RA_MODE_ADAPTIVE,          \
+      __VA_ARGS__ })
 
 /* ---- the test bed: the checked fixture of every TCase ------------------ */
 
@@ -155,6 +157,7 @@ mk_cache_nowait (struct fake *f, struct opts o)
   cfg.max_background = o.bg;
   cfg.congestion_threshold = o.thresh;
   cfg.congestion = o.policy;
+  cfg.mode = o.mode;
   if (o.conns)
     cfg.backend_connections = o.conns;
   be.one_call_per_ctx = o.serial;
@@ -843,6 +846,98 @@ START_TEST (test_async_beside_others_sync)
 }
 END_TEST
 
+/* More clients wait for pages of a window's async part than the 16 a
+ * fixed list once held, all before the part's jobs are queued (they are
+ * queued once the window's sync part is read, held here at the gate):
+ * every one of their jobs is promoted among the sync jobs, the others
+ * are not.
+ */
+START_TEST (test_promote_many)
+{
+  const uint64_t P = 4096;
+  enum { NWAIT = 20 };
+  struct rc_cache *c;
+  struct rc_stream *s, *w[NWAIT];
+  struct bg_read a, b[NWAIT];
+  int k;
+
+  struct fake *f = bed_fake (4 * MiB);
+  /* Kernel mode: read 128 pages at 0, a window of 256 pages whose async
+   * part (128..255) is 32 jobs of 4 pages.
+   */
+  c = mk_cache (f, OPTS (.mode = RA_MODE_KERNEL, .cache = 16 * MiB,
+                         .ra_max = 1 * MiB, .io_max = 16 * KiB));
+  s = rc_stream_new ();
+  fake_set_gate (f, true, 0, 128 * P);
+  bg_read_start (&a, c, s, f, 0, 128 * P);
+  ck_assert (fake_wait_blocked (f, 1));
+  for (k = 0; k < NWAIT; k++) {
+    w[k] = rc_stream_new ();
+    bg_read_start (&b[k], c, w[k], f, (128 + 4 * k + 1) * P, 100);
+  }
+  sleep_ns (500000000);         /* they all wait for their page */
+  ck_assert_uint_eq (ST (c, async_promoted), 0);
+  fake_set_gate (f, false, 0, 0);
+  bg_read_join (&a);
+  ck_assert_int_eq (a.r, 0);
+  free (a.buf);
+  for (k = 0; k < NWAIT; k++) {
+    bg_read_join (&b[k]);
+    ck_assert_int_eq (b[k].r, 0);
+    check_now (f, b[k].buf, b[k].off, b[k].len);
+    free (b[k].buf);
+    rc_stream_free (w[k]);
+  }
+  ASSERT_IDLE (c);
+  ck_assert_uint_eq (ST (c, windows[RA_A_INITIAL]), 1);
+  ck_assert_uint_eq (ST (c, async_promoted), NWAIT);
+  rc_stream_free (s);
+}
+END_TEST
+
+/* A client waits for a page whose async read is already running (not
+ * queued): once its wait is over, nothing of it is left to promote a
+ * later async read of that page that nobody waits for.
+ */
+START_TEST (test_promote_not_stale)
+{
+  const uint64_t P = 4096;
+  struct rc_cache *c;
+  struct rc_stream *s, *s2, *s3;
+  struct bg_read b;
+
+  struct fake *f = bed_fake (4 * MiB);
+  /* Kernel mode: 4 pages at 0, a window of 16 whose async part is jobs
+   * [4, 8), [8, 12), [12, 16).
+   */
+  c = mk_cache (f, OPTS (.mode = RA_MODE_KERNEL, .ra_max = 128 * KiB,
+                         .io_max = 16 * KiB));
+  s = rc_stream_new ();
+  fake_set_gate (f, true, 4 * P, 8 * P);
+  RD_OK (c, s, f, 0, 4 * P);
+  ck_assert (fake_wait_blocked (f, 1));        /* a worker reads [4, 8) */
+  s2 = rc_stream_new ();
+  bg_read_start (&b, c, s2, f, 5 * P, 100);     /* waits for page 5 */
+  sleep_ns (200000000);
+  fake_set_gate (f, false, 0, 0);
+  bg_read_join (&b);
+  ck_assert_int_eq (b.r, 0);
+  free (b.buf);
+  ASSERT_IDLE (c);
+  ck_assert_uint_eq (ST (c, async_promoted), 0);
+  /* The same window again, read by a fresh stream: no one waits. */
+  rc_invalidate (c, 0, 64 * P);
+  s3 = rc_stream_new ();
+  RD_OK (c, s3, f, 0, 4 * P);
+  ASSERT_IDLE (c);
+  ck_assert_uint_eq (ST (c, windows[RA_A_INITIAL]), 2);
+  ck_assert_uint_eq (ST (c, async_promoted), 0);
+  rc_stream_free (s);
+  rc_stream_free (s2);
+  rc_stream_free (s3);
+}
+END_TEST
+
 /* The yield bound: a sequential stream yields (windows_yielded) after a
  * client of another stream waited for a read at random, not when it is
  * alone and not to its own random reads.
@@ -1028,6 +1123,46 @@ START_TEST (test_sync_error)
   fake_set_errors (f, 0, 0, 0);
   ASSERT_IDLE (c);
   ck_assert_uint_eq (counts (c).inflight, 0);
+  rc_stream_free (s);
+}
+END_TEST
+
+/* A sync part that reaches past the client's request (branch F,
+ * context readahead: the page before it is cached up to page 0) and
+ * whose extra batch fails, while the client's own page, read already,
+ * is given back (here by a write's invalidation, as drop-behind may):
+ * the client's read succeeds; the failed batch is not its.
+ */
+START_TEST (test_extra_batch_error)
+{
+  const uint64_t P = 4096;
+  struct rc_cache *c;
+  struct rc_stream *s;
+  struct bg_read b;
+  int err = 0;
+
+  struct fake *f = bed_fake (4 * MiB);
+  c = mk_cache (f, OPTS (.mode = RA_MODE_KERNEL, .ra_max = 128 * KiB,
+                         .io_max = 8 * KiB));
+  /* Pages 0..15 cached (forced, no stream). */
+  ck_assert_int_eq (rc_fill (c, CLIENT_CTX, 16 * P, 0, &err), 0);
+  ASSERT_IDLE (c);
+  s = rc_stream_new ();
+  fake_set_errors (f, 18 * P, 18 * P + 1, EIO);
+  fake_set_gate (f, true, 18 * P, 20 * P);
+  bg_read_start (&b, c, s, f, 16 * P, P);
+  ck_assert (fake_wait_blocked (f, 1));         /* [18, 20) held */
+  ck_assert (cached (c, 16));
+  rc_invalidate (c, 16 * P, P);
+  fake_set_gate (f, false, 0, 0);
+  bg_read_join (&b);
+  ck_assert_uint_ge (ST (c, windows[RA_F_CONTEXT]), 1);
+  ck_assert_msg (b.r == 0, "the client got %s for another page's read",
+                 strerror (b.err));
+  check_now (f, b.buf, b.off, b.len);
+  free (b.buf);
+  fake_set_errors (f, 0, 0, 0);
+  ASSERT_IDLE (c);
   rc_stream_free (s);
 }
 END_TEST
@@ -2083,12 +2218,15 @@ cache_suite (void)
   tcase_add_test (tc, test_async_after_own_sync);
   tcase_add_test (tc, test_async_beside_others_sync);
   tcase_add_test (tc, test_yield_to_random);
+  tcase_add_test (tc, test_promote_many);
+  tcase_add_test (tc, test_promote_not_stale);
   tcase_set_timeout (tc, 120);
   suite_add_tcase (s, tc);
 
   tc = tcase_create ("errors");
   tcase_add_checked_fixture (tc, bed_setup, bed_teardown);
   tcase_add_test (tc, test_sync_error);
+  tcase_add_test (tc, test_extra_batch_error);
   tcase_add_test (tc, test_async_error);
   tcase_add_test (tc, test_async_error_persistent);
   tcase_set_timeout (tc, 120);

@@ -250,7 +250,6 @@ sim_direct (void *opaque, struct rc_read *rd, ra_pgoff i, uint64_t from,
 static const struct rc_read_ops sim_read_ops = {
   .access = sim_access,
   .trigger = sim_read_trigger,
-  .cached = sim_cached,
   .direct = sim_direct,
 };
 
