@@ -11,7 +11,9 @@
 #       make check (the whole test suite), then make distcheck, then
 #       make check again in build-asan/, a tree configured with
 #       --enable-sanitizers=address,undefined (nbdkit gets the ASan
-#       runtime preloaded: tests/nbdkit-sanitizer-wrapper.sh); any
+#       runtime preloaded: tests/nbdkit-sanitizer-wrapper.sh), then the
+#       tests where threads meet (CONCURRENCY_TESTS in Makefile.am) in
+#       build-tsan/, configured with --enable-sanitizers=thread; any
 #       sanitizer report fails the run.
 #
 # Both first do every set-up step that is still needed: install the
@@ -23,17 +25,18 @@
 # backend size, default 1G), CONFIGURE_FLAGS (extra ../configure flags),
 # JOBS (parallel make jobs, default nproc), BENCH_KEEP_TMP=1 (keep the
 # demo's servers' logs), CHECK_SANITIZERS (the -fsanitize list of the
-# second check tree, default address,undefined; "no" leaves it out).
+# second check tree, default address,undefined; "no" leaves it out),
+# CHECK_TSAN (yes: the ThreadSanitizer tree, the default; no: not).
 
 set -euo pipefail
 
 srcdir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 builddir=$srcdir/build
 filter=$builddir/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so
-sanbuilddir=$srcdir/build-asan
 : "${JOBS:=$(nproc 2>/dev/null || echo 2)}"
 : "${CONFIGURE_FLAGS:=}"
 : "${CHECK_SANITIZERS:=address,undefined}"
+: "${CHECK_TSAN:=yes}"
 
 # The Debian 12 packages everything here needs: building (toolchain,
 # nbdkit, libnbd, libev, libconfig, Check, pod2man), the test suite
@@ -154,59 +157,50 @@ do_check ()
     die "make distcheck failed"
   fi
   if [ "$CHECK_SANITIZERS" != no ]; then
-    sanitizer_check
-    say "make check, make distcheck and make check with -fsanitize=$CHECK_SANITIZERS passed"
+    sanitizer_check "$srcdir/build-asan" "$CHECK_SANITIZERS" TESTS
   else
-    say "make check and make distcheck passed (CHECK_SANITIZERS=no: no sanitizer tree)"
+    say "CHECK_SANITIZERS=no: no address sanitizer tree"
   fi
+  if [ "$CHECK_TSAN" != no ]; then
+    sanitizer_check "$srcdir/build-tsan" thread CONCURRENCY_TESTS
+  else
+    say "CHECK_TSAN=no: no ThreadSanitizer tree"
+  fi
+  say "make check and make distcheck passed, and the sanitizer trees"
 }
 
-# Tests to leave out of the sanitizer run (none now: every test starts
-# nbdkit as "$NBDKIT", which the sanitizer build points at its wrapper).
-sanitizer_skip_tests=""
-
-# make check in build-asan/ (-fsanitize=$CHECK_SANITIZERS): the unit
-# tests are instrumented programs (LeakSanitizer on); the integration
-# tests load the instrumented filter into nbdkit through the wrapper,
-# which writes every report to build-asan/tests/sanitizer-logs/.
+# sanitizer_check DIR LIST VAR: make check in DIR, a tree configured
+# with --enable-sanitizers=LIST, of the tests Makefile.am's variable VAR
+# names: the unit tests are instrumented programs (LeakSanitizer on in
+# an ASan tree); the integration tests load the instrumented filter into
+# nbdkit through the wrapper, which writes every report to
+# DIR/tests/sanitizer-logs/.
 sanitizer_check ()
 {
-  local all t s tests=() skipped=()
-  mkdir -p "$sanbuilddir"
-  if [ ! -f "$sanbuilddir/Makefile" ] ||
-     [ ! -f "$sanbuilddir/config.status" ] ||
-     [ "$sanbuilddir/config.status" -ot "$srcdir/configure" ] ||
-     ! grep -q -- "--enable-sanitizers=$CHECK_SANITIZERS" \
-       "$sanbuilddir/config.status"; then
-    say "configuring in build-asan/ with --enable-sanitizers=$CHECK_SANITIZERS"
+  local dir=$1 list=$2 var=$3 tests
+  mkdir -p "$dir"
+  if [ ! -f "$dir/Makefile" ] || [ ! -f "$dir/config.status" ] ||
+     [ "$dir/config.status" -ot "$srcdir/configure" ] ||
+     ! grep -q -- "--enable-sanitizers=$list" "$dir/config.status"; then
+    say "configuring in ${dir#"$srcdir"/}/ with --enable-sanitizers=$list"
     # shellcheck disable=SC2086 # CONFIGURE_FLAGS is a list of words
-    (cd "$sanbuilddir" &&
-       ../configure --enable-sanitizers="$CHECK_SANITIZERS" $CONFIGURE_FLAGS)
+    (cd "$dir" && ../configure --enable-sanitizers="$list" $CONFIGURE_FLAGS)
   fi
-  say "make -j$JOBS in build-asan/"
-  make -C "$sanbuilddir" -j"$JOBS" || die "the sanitizer build failed (see above)"
-  # shellcheck disable=SC2016 # $(TESTS) is for make
-  all=$(make -s -C "$sanbuilddir" --no-print-directory \
-          --eval='run-sh-print-tests: ; @echo $(TESTS)' run-sh-print-tests |
-          tail -n 1)
-  for t in $all; do
-    for s in $sanitizer_skip_tests; do
-      [ "$t" = "$s" ] && { skipped+=("$t"); continue 2; }
-    done
-    tests+=("$t")
-  done
-  [ ${#skipped[@]} -eq 0 ] ||
-    say "not in the sanitizer run (they start nbdkit by name, not \$NBDKIT): ${skipped[*]}"
-  rm -rf "$sanbuilddir/tests/sanitizer-logs"
-  say "make check in build-asan/ (-fsanitize=$CHECK_SANITIZERS)"
-  if ! make -C "$sanbuilddir" -j"$JOBS" check TESTS="${tests[*]}"; then
-    show_failures "$sanbuilddir"
-    show_sanitizer_reports "$sanbuilddir" || true
-    die "make check with -fsanitize=$CHECK_SANITIZERS failed"
+  say "make -j$JOBS in ${dir#"$srcdir"/}/"
+  make -C "$dir" -j"$JOBS" || die "the $list sanitizer build failed (see above)"
+  tests=$(make -s -C "$dir" --no-print-directory \
+            --eval="run-sh-print-tests: ; @echo \$($var)" run-sh-print-tests |
+            tail -n 1)
+  rm -rf "$dir/tests/sanitizer-logs"
+  say "make check in ${dir#"$srcdir"/}/ (-fsanitize=$list): $var"
+  if ! make -C "$dir" -j"$JOBS" check TESTS="$tests"; then
+    show_failures "$dir"
+    show_sanitizer_reports "$dir" || true
+    die "make check with -fsanitize=$list failed"
   fi
   # A report from a server whose exit status no test looked at.
-  if show_sanitizer_reports "$sanbuilddir"; then
-    die "make check with -fsanitize=$CHECK_SANITIZERS passed, but a sanitizer reported errors (above)"
+  if show_sanitizer_reports "$dir"; then
+    die "make check with -fsanitize=$list passed, but a sanitizer reported errors (above)"
   fi
 }
 
