@@ -23,7 +23,7 @@
  * started by the workers when the decision lets it: in adaptive mode
  * while the backend slots the estimator measured leave one free for a
  * sync read; in kernel mode with ra-congestion=wait once fewer than the
- * threshold of reads are running (src/backend-io.c).  In adaptive mode a
+ * threshold of reads are running (src/jobq.c).  In adaptive mode a
  * client whose own reads in flight cover the backend's bandwidth-delay
  * product gets no window beyond its request at all (trigger).  Either way, a
  * client that needs a page whose async read is still queued promotes
@@ -68,10 +68,7 @@ rc_cache_new (const struct rc_config *cfg, const struct rc_backend *be,
   pthread_mutex_init (&c->cong_lock, NULL);
   pthread_mutex_init (&c->size_lock, NULL);
   pthread_mutex_init (&c->bounce_lock, NULL);
-  pthread_mutex_init (&c->qlock, NULL);
-  pthread_cond_init (&c->qcond, NULL);
-  c->sync_tail = &c->sync_head;
-  c->async_tail = &c->async_head;
+  rc_jobq_init (&c->q);
   if (rc_workers_start (c, nworkers ? nworkers : 1) == -1) {
     int e = errno;
     rc_pc_free (c->pc);
@@ -101,8 +98,7 @@ rc_cache_free (struct rc_cache *c)
   pthread_mutex_destroy (&c->size_lock);
   pthread_mutex_destroy (&c->model_lock);
   pthread_mutex_destroy (&c->cong_lock);
-  pthread_mutex_destroy (&c->qlock);
-  pthread_cond_destroy (&c->qcond);
+  rc_jobq_destroy (&c->q);
   free (c);
 }
 
@@ -158,7 +154,7 @@ rc_cache_pagecache (struct rc_cache *c)
 unsigned
 rc_cache_inflight (struct rc_cache *c)
 {
-  return atomic_load (&c->executing) + atomic_load (&c->queued);
+  return atomic_load (&c->executing) + atomic_load (&c->q.queued);
 }
 
 bool
@@ -428,7 +424,7 @@ issue_batches (struct rc_cache *c, void *ctx, struct batches *bs,
     }
   }
   else
-    r = rc_backend_read_pages (c, ctx, start, count, err);
+    r = rc_backend_read_pages (c, ctx, start, count, true, err);
   if (r == -1 && !(start < need_end && start + count > need_start))
     r = 0;                      /* not a page the caller needs */
   if (nsync > 0) {

@@ -61,7 +61,7 @@ void rc_cache_stop (struct rc_cache *c);
 /* Stop the workers if still running, and free everything. */
 void rc_cache_free (struct rc_cache *c);
 
-/* Background backend connections (src/backend-io.c): the workers open
+/* Background backend connections (src/connpool.c): the workers open
  * min (ra-backend-connections, workers) connections with worker_open,
  * one at a time, while at least one client is connected: the filter
  * calls rc_cache_connect once a client has its own backend context (so

@@ -164,7 +164,7 @@ ra_pgoff rc_behind_end (struct rc_behind *bh, int slot, ra_pgoff first,
 /* The congestion decision, whether a window keeps its async part
  * (RC_CONG_KEEP) and whether an early async trigger is taken
  * (RC_CONG_EARLY), is rc_cong_decide in racache/congestion.h: the filter
- * (src/cache.c, src/backend-io.c) and ra-trace (src/trace-sim.c) both ask
+ * (src/cache.c, src/jobq.c) and ra-trace (src/trace-sim.c) both ask
  * it.  rc_drop_async_batches below is what a "no" does.
  */
 

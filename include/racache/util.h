@@ -6,8 +6,10 @@
 #define RACACHE_UTIL_H
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 /* A lock that cannot be taken or released is a bug: stop at once. */
 #define ACQUIRE_LOCK(m)                                                 \
@@ -51,5 +53,45 @@ rc_cleanup_free (void *ptr)
 }
 
 #define CLEANUP_FREE __attribute__ ((cleanup (rc_cleanup_free)))
+
+/* The monotonic clock in ns: the one clock of the core's decisions. */
+static inline uint64_t
+rc_now_ns (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return (uint64_t) ts.tv_sec * 1000000000 + (uint64_t) ts.tv_nsec;
+}
+
+/* A condition variable that waits on the monotonic clock. */
+static inline void
+rc_cond_init (pthread_cond_t *cond)
+{
+  pthread_condattr_t a;
+
+  pthread_condattr_init (&a);
+  pthread_condattr_setclock (&a, CLOCK_MONOTONIC);
+  pthread_cond_init (cond, &a);
+  pthread_condattr_destroy (&a);
+}
+
+/* Wait on cond (made by rc_cond_init) until deadline (rc_now_ns;
+ * UINT64_MAX: none), a signal or a spurious wakeup.
+ */
+static inline void
+rc_cond_wait_until (pthread_cond_t *cond, pthread_mutex_t *lock,
+                    uint64_t deadline)
+{
+  struct timespec ts;
+
+  if (deadline == UINT64_MAX) {
+    pthread_cond_wait (cond, lock);
+    return;
+  }
+  ts.tv_sec = deadline / 1000000000;
+  ts.tv_nsec = deadline % 1000000000;
+  pthread_cond_timedwait (cond, lock, &ts);
+}
 
 #endif /* RACACHE_UTIL_H */

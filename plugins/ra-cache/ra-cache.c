@@ -745,7 +745,7 @@ ra_cache_open (nbdkit_next_open *next, nbdkit_context *nxdata,
   /* With a plugin that serializes requests, its open must not overlap
    * a background worker's read either.  The core times it: how long an
    * open takes, and whether one waits for a slot that the background
-   * connections hold (src/backend-io.c).
+   * connections hold (src/connpool.c).
    */
   rc_cache_open_begin (cache, &o);
   r = BACKEND_CALL (next (nxdata, readonly, exportname));

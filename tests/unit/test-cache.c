@@ -1,4 +1,4 @@
-/* Unit tests of the core cache (src/cache.c, src/backend-io.c,
+/* Unit tests of the core cache (src/cache.c, src/jobq.c, src/connpool.c,
  * src/pagecache.c) over the scripted fake backend of fake-backend.c.
  *
  * Tests that need several threads never call ck_assert outside the test

@@ -8,7 +8,7 @@
  * share one link after their latency (a read's bytes wait for the bytes
  * of the reads before it, as behind nbdkit's rate filter or a saturated
  * network).  The driver is what
- * src/backend-io.c does: a client keeps DEPTH sync reads in flight, and
+ * src/jobq.c does: a client keeps DEPTH sync reads in flight, and
  * speculation starts async reads whenever rc_cong_decide (RC_CONG_ISSUE)
  * says GO.  Every completed read is a sample.
  */
