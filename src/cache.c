@@ -37,7 +37,6 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cache-internal.h"
 #include "racache/readpath.h"
@@ -457,14 +456,10 @@ issue_batches (struct rc_cache *c, void *ctx, struct batches *bs,
 static void
 note_random_wait (struct rc_cache *c, const struct rc_stream *s)
 {
-  struct timespec ts;
-
-  clock_gettime (CLOCK_MONOTONIC, &ts);
   atomic_store_explicit (&c->random_wait_owner, s->owner,
                          memory_order_relaxed);
-  atomic_store_explicit (&c->random_wait_ns,
-                         (uint64_t) ts.tv_sec * 1000000000
-                         + (uint64_t) ts.tv_nsec, memory_order_relaxed);
+  atomic_store_explicit (&c->random_wait_ns, rc_now_ns (),
+                         memory_order_relaxed);
 }
 
 /* What a yielding stream keeps of x pages (a quarter, at least one). */
@@ -490,11 +485,9 @@ static void
 adaptive_inputs (struct rc_cache *c, struct rc_stream *s,
                  struct ra_inputs *in)
 {
-  struct timespec ts;
   uint64_t markers = rc_pc_markers (c->pc);
 
-  clock_gettime (CLOCK_MONOTONIC, &ts);
-  in->now_ns = (uint64_t) ts.tv_sec * 1000000000 + (uint64_t) ts.tv_nsec;
+  in->now_ns = rc_now_ns ();
   if (!rc_cache_model (c, &in->lat_ns, &in->page_ns))
     in->lat_ns = -1;
   in->share = ra_fair_share (rc_pc_capacity (c->pc), markers);
@@ -508,8 +501,8 @@ adaptive_inputs (struct rc_cache *c, struct rc_stream *s,
  * (async_covered) gets windows of just its request, and drop-behind
  * would give the pages of its stream back as soon as it has passed
  * them: inserting them only costs page memory touched for the first
- * time, a copy and the page bookkeeping (a qemu-img convert ran 0.88x
- * no filter so, for the same backend reads).  So when such a window is
+ * time, a copy and the page bookkeeping, for the same backend reads
+ * (the README, "qemu-img convert", has the figures).  So when such a window is
  * the whole request, at its first page, and none of it is cached, in
  * flight or was given back lately, the request is one backend read
  * straight into the client's buffer and no page is made.  Its groups are

@@ -3,6 +3,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,49 +14,73 @@
 
 #include "racache/config.h"
 
-#define KEY(name, type, field, def, range, help) \
-  { name, type, offsetof (struct rc_config, field), NULL, def, range, help }
+#define FIELD(f) offsetof (struct rc_config, f)
 
+/* The names of the enum values, indexed by them: the one table the
+ * parser, the debug dump, the counters and ra-trace use.
+ */
 static const char *const congestion_choices[] = { "skip", "wait", NULL };
 static const char *const mode_choices[] = { "kernel", "adaptive", NULL };
 
+const char *
+rc_mode_name (enum ra_mode m)
+{
+  return m <= RA_MODE_ADAPTIVE ? mode_choices[m] : "?";
+}
+
+const char *
+rc_congestion_name (enum rc_congestion_policy p)
+{
+  return p <= RC_CONGESTION_WAIT ? congestion_choices[p] : "?";
+}
+
 const struct rc_key rc_keys[] = {
-  KEY ("ra-cache-size", RC_KEY_SIZE, cache_size, "256M",
-       "one page to 2^63-1, and at least twice ra-max",
-       "Page data kept in memory, at most."),
-  KEY ("ra-cache-page-size", RC_KEY_SIZE, page_size, "4K",
-       "a power of two from 512 to 1M",
-       "Cache page size."),
-  { "ra-mode", RC_KEY_ENUM, offsetof (struct rc_config, mode),
-    mode_choices, "adaptive", "kernel or adaptive",
-    "Window sizing: the kernel's, or adapted per stream to measurements." },
-  KEY ("ra-max", RC_KEY_SIZE, ra_max, "8M",
-       "0 (readahead off) to 1G, whole pages",
-       "Largest readahead window (adaptive mode: upper limit)."),
-  KEY ("ra-io-max", RC_KEY_SIZE, io_max, "1M",
-       "one page to 32M, whole pages",
-       "Largest single backend read."),
-  KEY ("ra-max-background", RC_KEY_UNSIGNED, max_background, "12",
-       "1 to 256",
-       "Background workers: async backend reads in flight, at most."),
-  KEY ("ra-backend-connections", RC_KEY_UNSIGNED, backend_connections,
-       "auto", "0 to 256 (at most ra-max-background are used), or auto: "
-       "1, or 4 with a plugin that runs one request at a time per connection",
-       "Backend connections the background workers open and share."),
-  KEY ("ra-congestion-threshold", RC_KEY_UNSIGNED, congestion_threshold,
-       "auto", "1 to ra-max-background, or auto: 3/4 of ra-max-background",
-       "Skip async parts when this many backend reads are in flight."),
-  { "ra-congestion", RC_KEY_ENUM, offsetof (struct rc_config, congestion),
-    congestion_choices, "skip", "skip or wait",
+  { "ra-cache-size", RC_KEY_SIZE, FIELD (cache_size), NULL,
+    RC_MIN_PAGE_SIZE, INT64_MAX, 0, "SIZE", "256M",
+    "one page to the memory limit, at least twice ra-max",
+    "Page data kept in memory, at most." },
+  { "ra-cache-page-size", RC_KEY_SIZE, FIELD (page_size), NULL,
+    RC_MIN_PAGE_SIZE, RC_MAX_PAGE_SIZE, RC_KEY_POW2, "SIZE", "4K",
+    "a power of two from 512 to 1M",
+    "Cache page size." },
+  { "ra-mode", RC_KEY_ENUM, FIELD (mode), mode_choices,
+    0, 0, 0, "kernel|adaptive", "adaptive", "kernel or adaptive",
+    "Window sizing: the kernel's rules, or per stream from measurements." },
+  { "ra-max", RC_KEY_SIZE, FIELD (ra_max), NULL,
+    0, RC_MAX_RA_MAX, 0, "SIZE", "8M",
+    "0 (readahead off) to 1G, whole pages",
+    "Largest readahead window (adaptive mode: the upper limit)." },
+  { "ra-io-max", RC_KEY_SIZE, FIELD (io_max), NULL,
+    RC_MIN_PAGE_SIZE, RC_MAX_IO_MAX, 0, "SIZE", "1M",
+    "one page to 32M, whole pages",
+    "Largest single backend read." },
+  { "ra-max-background", RC_KEY_UNSIGNED, FIELD (max_background), NULL,
+    1, RC_MAX_BACKGROUND, 0, "N", "12",
+    "1 to 256",
+    "Background workers: async backend reads in flight, at most." },
+  { "ra-backend-connections", RC_KEY_UNSIGNED, FIELD (backend_connections),
+    NULL, 0, RC_MAX_BACKGROUND, RC_KEY_AUTO, "N|auto", "auto",
+    "0 to 256, or auto",
+    "Backend connections the background workers open and share (auto: 1, "
+    "or 4 with a plugin that runs one request at a time per connection; at "
+    "most ra-max-background are used)." },
+  { "ra-congestion-threshold", RC_KEY_UNSIGNED, FIELD (congestion_threshold),
+    NULL, 1, RC_MAX_BACKGROUND, RC_KEY_AUTO, "N|auto", "auto",
+    "1 to ra-max-background, or auto",
+    "Skip async parts when this many backend reads are in flight (auto: "
+    "3/4 of ra-max-background)." },
+  { "ra-congestion", RC_KEY_ENUM, FIELD (congestion), congestion_choices,
+    0, 0, 0, "skip|wait", "skip", "skip or wait",
     "At the threshold, skip the async part or queue it." },
-  KEY ("ra-cache-stats", RC_KEY_STRING, stats_file, "none",
-       "a file path", "Write the counters as JSON to this file at exit."),
-  KEY ("ra-cache-stats-socket", RC_KEY_STRING, stats_socket, "none",
-       "a Unix socket path",
-       "Serve the counters as JSON on this Unix socket."),
-  KEY ("ra-cache-stats-interval", RC_KEY_UNSIGNED, stats_interval, "0",
-       "0 (off) to 86400 seconds",
-       "Log a one-line summary of the counters this often."),
+  { "ra-cache-stats", RC_KEY_STRING, FIELD (stats_file), NULL,
+    0, 0, 0, "FILE", "none", "a file path",
+    "Write the counters as JSON to this file at exit (and every interval)." },
+  { "ra-cache-stats-socket", RC_KEY_STRING, FIELD (stats_socket), NULL,
+    0, 0, 0, "PATH", "none", "a Unix socket path",
+    "Serve the counters as JSON on this Unix socket (mode 0600)." },
+  { "ra-cache-stats-interval", RC_KEY_UNSIGNED, FIELD (stats_interval), NULL,
+    0, 86400, 0, "SECS", "0", "0 (off) to 86400 seconds",
+    "Log a one-line summary and rewrite the stats file this often." },
 };
 const size_t rc_nkeys = sizeof rc_keys / sizeof rc_keys[0];
 
@@ -107,6 +132,9 @@ rc_parse_size (const char *s, uint64_t *out)
   case 'e': case 'E': shift = 60; p++; break;
   default: return -1;
   }
+  /* "KiB", "MB": what ra-bench has always taken too. */
+  if (shift && (strcmp (p, "iB") == 0 || strcmp (p, "B") == 0))
+    p += strlen (p);
   if (*p != '\0')
     return -1;
   if (shift && v > (UINT64_C (1) << (63 - shift)))
@@ -153,53 +181,19 @@ is_pow2 (uint64_t v)
   return v != 0 && (v & (v - 1)) == 0;
 }
 
-#define FIELD_IS(k, field) ((k)->offset == offsetof (struct rc_config, field))
+#define FIELD_IS(k, field) ((k)->offset == FIELD (field))
 
-/* Keys that also take the word "auto": ra-backend-connections
- * (RC_BACKEND_CONNECTIONS_AUTO) and ra-congestion-threshold (0, which
- * rc_config_check derives from ra-max-background).
- */
-static bool
-takes_auto (const struct rc_key *k)
-{
-  return FIELD_IS (k, backend_connections) ||
-    FIELD_IS (k, congestion_threshold);
-}
-
-/* The range of one key on its own (checks across keys are in
- * rc_config_check), so that a bad value in a file is reported at its
- * line.
+/* The range of one key on its own, from the table (checks across keys
+ * are in rc_config_check), so that a bad value in a file is reported at
+ * its line.
  */
 static int
 check_range (const struct rc_key *k, uint64_t v, char *err, size_t len)
 {
-  if (FIELD_IS (k, page_size) &&
-      (!is_pow2 (v) || v < RC_MIN_PAGE_SIZE || v > RC_MAX_PAGE_SIZE))
-    snprintf (err, len, "%s: %" PRIu64 " must be a power of two from 512 "
-              "to 1M", k->name, v);
-  else if (FIELD_IS (k, cache_size) && v < RC_MIN_PAGE_SIZE)
-    snprintf (err, len, "%s: %" PRIu64 " is smaller than one page",
-              k->name, v);
-  else if (FIELD_IS (k, ra_max) && v > RC_MAX_RA_MAX)
-    snprintf (err, len, "%s: %" PRIu64 " is larger than 1G", k->name, v);
-  else if (FIELD_IS (k, io_max) && (v < RC_MIN_PAGE_SIZE || v > RC_MAX_IO_MAX))
-    snprintf (err, len, "%s: %" PRIu64 " must be from one page to 32M",
-              k->name, v);
-  else if (FIELD_IS (k, max_background) && (v < 1 || v > RC_MAX_BACKGROUND))
-    snprintf (err, len, "%s: %" PRIu64 " must be from 1 to %u",
-              k->name, v, RC_MAX_BACKGROUND);
-  else if (FIELD_IS (k, backend_connections) && v > RC_MAX_BACKGROUND)
-    snprintf (err, len, "%s: %" PRIu64 " must be from 0 to %u",
-              k->name, v, RC_MAX_BACKGROUND);
-  else if (FIELD_IS (k, stats_interval) && v > 86400)
-    snprintf (err, len, "%s: %" PRIu64 " must be from 0 to 86400 seconds",
-              k->name, v);
-  else if (FIELD_IS (k, congestion_threshold) &&
-           (v < 1 || v > RC_MAX_BACKGROUND))
-    snprintf (err, len, "%s: %" PRIu64 " must be from 1 to "
-              "ra-max-background", k->name, v);
-  else
+  if (v >= k->min && v <= k->max && (!(k->flags & RC_KEY_POW2) || is_pow2 (v)))
     return 0;
+  snprintf (err, len, "%s: %" PRIu64 " is out of range: %s", k->name, v,
+            k->range);
   return -1;
 }
 
@@ -263,7 +257,7 @@ rc_config_set (struct rc_config *c, const char *key, const char *value,
       return -1;
     }
   }
-  else if (takes_auto (k) && strcmp (value, "auto") == 0) {
+  else if ((k->flags & RC_KEY_AUTO) && strcmp (value, "auto") == 0) {
     if (FIELD_IS (k, backend_connections))
       c->backend_connections = RC_BACKEND_CONNECTIONS_AUTO;
     else
@@ -275,7 +269,7 @@ rc_config_set (struct rc_config *c, const char *key, const char *value,
     if (value[0] < '0' || value[0] > '9' ||
         (v = strtoull (value, &end, 10), errno != 0) || *end != '\0') {
       snprintf (err, len, "%s: '%s' is not a whole number%s", key, value,
-                takes_auto (k) ? " or auto" : "");
+                (k->flags & RC_KEY_AUTO) ? " or auto" : "");
       return -1;
     }
   }
@@ -333,7 +327,7 @@ rc_config_load_file (struct rc_config *c, const char *path,
     }
     case CONFIG_TYPE_STRING:
       if (k->type == RC_KEY_UNSIGNED &&
-          !(takes_auto (k) &&
+          !((k->flags & RC_KEY_AUTO) &&
             strcmp (config_setting_get_string (s), "auto") == 0))
         goto wrong_type;
       value = config_setting_get_string (s);
@@ -344,7 +338,7 @@ rc_config_load_file (struct rc_config *c, const char *path,
                 name,
                 k->type == RC_KEY_SIZE
                 ? "a size (an integer, or a string such as \"4M\")"
-                : takes_auto (k) ? "an integer or \"auto\""
+                : (k->flags & RC_KEY_AUTO) ? "an integer or \"auto\""
                 : k->type == RC_KEY_UNSIGNED ? "an integer" : "a string");
       goto out;
     }
@@ -510,4 +504,125 @@ rc_memory_limit (const char **what)
   }
   fclose (fp);
   return limit;
+}
+
+/* The --help text: a growing string in a fixed buffer. */
+struct help_buf {
+  char buf[4096];
+  size_t n;
+  unsigned col;                 /* column of the end */
+};
+
+static void
+help_put (struct help_buf *h, const char *s, size_t sl)
+{
+  size_t i;
+
+  for (i = 0; i < sl && h->n + 1 < sizeof h->buf; i++) {
+    h->buf[h->n++] = s[i];
+    h->col = s[i] == '\n' ? 0 : h->col + 1;
+  }
+  h->buf[h->n] = '\0';
+}
+
+static void
+help_pad (struct help_buf *h, unsigned to)
+{
+  while (h->col < to && h->n + 1 < sizeof h->buf)
+    help_put (h, " ", 1);
+}
+
+/* "KEY=META", then text from column 28 (on the next line if the first
+ * has no room), wrapped at 76 columns.
+ */
+static void
+help_entry (struct help_buf *h, const char *key, const char *meta,
+            const char *text)
+{
+  const char *w = text;
+
+  if (h->n > 0)
+    help_put (h, "\n", 1);
+  help_put (h, key, strlen (key));
+  help_put (h, "=", 1);
+  help_put (h, meta, strlen (meta));
+  if (h->col > 26)
+    help_put (h, "\n", 1);
+  help_pad (h, 28);
+  while (*w) {
+    size_t wl = strcspn (w, " ");
+
+    if (h->col > 28 && h->col + 1 + wl > 76) {
+      help_put (h, "\n", 1);
+      help_pad (h, 28);
+    }
+    else if (h->col > 28)
+      help_put (h, " ", 1);
+    help_put (h, w, wl);
+    w += wl;
+    w += strspn (w, " ");
+  }
+}
+
+static struct help_buf help;
+static pthread_once_t help_once = PTHREAD_ONCE_INIT;
+
+static void
+make_help (void)
+{
+  size_t i;
+
+  help_entry (&help, "ra-cache-config", "FILE",
+              "A libconfig file setting the keys below; the command line "
+              "overrides it.");
+  for (i = 0; i < rc_nkeys; i++) {
+    char text[512];
+
+    snprintf (text, sizeof text, "%s Default %s; %s.", rc_keys[i].help,
+              rc_keys[i].def, rc_keys[i].range);
+    help_entry (&help, rc_keys[i].name, rc_keys[i].meta, text);
+  }
+}
+
+const char *
+rc_config_help (void)
+{
+  pthread_once (&help_once, make_help);
+  return help.buf;
+}
+
+void
+rc_config_describe (const struct rc_config *c, bool one_call_per_ctx,
+                    char *buf, size_t len)
+{
+  size_t n = 0, i;
+
+  buf[0] = '\0';
+  for (i = 0; i < rc_nkeys && n < len; i++) {
+    const struct rc_key *k = &rc_keys[i];
+    const char *field = (const char *) c + k->offset;
+    const char *sep = n ? " " : "";
+
+    switch (k->type) {
+    case RC_KEY_SIZE:
+      n += snprintf (buf + n, len - n, "%s%s=%" PRIu64, sep, k->name,
+                     *(const uint64_t *) field);
+      break;
+    case RC_KEY_UNSIGNED:
+      n += snprintf (buf + n, len - n, "%s%s=%u", sep, k->name,
+                     FIELD_IS (k, backend_connections)
+                     ? rc_backend_connections (c, one_call_per_ctx)
+                     : *(const unsigned *) field);
+      break;
+    case RC_KEY_ENUM:
+      n += snprintf (buf + n, len - n, "%s%s=%s", sep, k->name,
+                     k->choices[*(const unsigned *) field]);
+      break;
+    case RC_KEY_STRING:
+      n += snprintf (buf + n, len - n, "%s%s=%s", sep, k->name,
+                     *(char *const *) field ? *(char *const *) field
+                     : "none");
+      break;
+    }
+  }
 }

@@ -38,6 +38,9 @@
 #include <ev.h>
 #include <libnbd.h>
 
+#include "racache/config.h"
+#include "racache/util.h"
+
 #define PROGRAM "ra-bench"
 
 /* Exit codes: 1 for a failed run, 2 for a usage error. */
@@ -236,47 +239,12 @@ usage (void)
 
 /* ---- option parsing ----------------------------------------------------- */
 
-/* A size: decimal digits, an optional k/M/G/T suffix (powers of 1024)
- * optionally followed by "iB" or "B".  Fails on anything else, on
- * overflow and on a sign.
- */
-static bool
-parse_size (const char *s, uint64_t *ret)
-{
-  const char *p = s;
-  uint64_t v = 0, mult = 1;
-
-  if (*p < '0' || *p > '9')
-    return false;
-  for (; *p >= '0' && *p <= '9'; p++) {
-    if (v > (UINT64_MAX - (uint64_t) (*p - '0')) / 10)
-      return false;
-    v = v * 10 + (uint64_t) (*p - '0');
-  }
-  switch (*p) {
-  case 'k': case 'K': mult = UINT64_C (1) << 10; p++; break;
-  case 'm': case 'M': mult = UINT64_C (1) << 20; p++; break;
-  case 'g': case 'G': mult = UINT64_C (1) << 30; p++; break;
-  case 't': case 'T': mult = UINT64_C (1) << 40; p++; break;
-  }
-  if (mult > 1) {
-    if (strcmp (p, "iB") == 0 || strcmp (p, "B") == 0)
-      p += strlen (p);
-  }
-  if (*p != '\0')
-    return false;
-  if (v != 0 && mult > UINT64_MAX / v)
-    return false;
-  *ret = v * mult;
-  return true;
-}
-
 static uint64_t
 size_option (const char *name, const char *arg, uint64_t min, uint64_t max)
 {
   uint64_t v;
 
-  if (!parse_size (arg, &v))
+  if (rc_parse_size (arg, &v) == -1)
     usage_error ("%s: '%s' is not a size (a number with an optional k, M, G "
                  "or T suffix)", name, arg);
   if (v < min || v > max)
@@ -582,16 +550,7 @@ parse_options (int argc, char *argv[], struct options *o)
   settle_connections (o);
 }
 
-/* ---- clock, random numbers --------------------------------------------- */
-
-static uint64_t
-now_ns (void)
-{
-  struct timespec ts;
-
-  clock_gettime (CLOCK_MONOTONIC, &ts);
-  return (uint64_t) ts.tv_sec * 1000000000 + (uint64_t) ts.tv_nsec;
-}
+/* ---- random numbers (the clock: rc_now_ns) ------------------------------ */
 
 /* splitmix64: small, fast, and the same sequence for the same --seed. */
 static uint64_t
@@ -786,7 +745,7 @@ completion_cb (void *user_data, int *error)
   struct slot *s = user_data;
   struct conn *c = s->conn;
   struct bench *b = the_bench;
-  uint64_t end = now_ns ();
+  uint64_t end = rc_now_ns ();
 
   s->busy = false;
   c->in_flight--;
@@ -853,11 +812,11 @@ refill (struct bench *b, struct conn *c)
     nbd_completion_callback cb = { .callback = completion_cb, .user_data = s };
     if (is_write) {
       fill_pattern ((unsigned char *) s->buf, s->offset, len);
-      s->start_ns = now_ns ();
+      s->start_ns = rc_now_ns ();
       cookie = nbd_aio_pwrite (c->nbd, s->buf, len, s->offset, cb, 0);
     }
     else {
-      s->start_ns = now_ns ();
+      s->start_ns = rc_now_ns ();
       cookie = nbd_aio_pread (c->nbd, s->buf, len, s->offset, cb, 0);
     }
     if (cookie == -1) {
@@ -1333,7 +1292,7 @@ main (int argc, char *argv[])
   ev_unref (b.loop);   /* the signal watcher alone does not keep us running */
 
   ev_now_update (b.loop);
-  b.start_ns = b.last_completion_ns = now_ns ();
+  b.start_ns = b.last_completion_ns = rc_now_ns ();
   if (b.opt.time_set)
     ev_timer_start (b.loop, &timer);
   for (i = 0; i < b.n_conns; i++) {

@@ -40,20 +40,7 @@
 /* --latency and --client-gap: at most an hour. */
 #define MAX_TIME_NS        (UINT64_C(3600) * 1000000000)
 
-static void __attribute__ ((noreturn, format (printf, 1, 2)))
-die (const char *fmt, ...)
-{
-  va_list ap;
-
-  fflush (stdout);
-  fputs (PROG ": ", stderr);
-  va_start (ap, fmt);
-  vfprintf (stderr, fmt, ap);
-  va_end (ap);
-  fputc ('\n', stderr);
-  exit (EXIT_FAILURE);
-}
-
+/* The simulation's fatal errors, and this program's: one message, exit. */
 void
 rt_fatal (const char *fmt, ...)
 {
@@ -67,6 +54,8 @@ rt_fatal (const char *fmt, ...)
   fputc ('\n', stderr);
   exit (EXIT_FAILURE);
 }
+
+#define die rt_fatal
 
 static void *
 xrealloc (void *p, size_t n)
@@ -485,7 +474,8 @@ print_heading (const struct sim *s, const struct options *o)
     return;
   printf ("# timing: mode=%s latency-ns=%" PRIu64 " bandwidth=%" PRIu64
           " parallel=%u client-gap-ns=%" PRIu64 " congestion-threshold=%u\n",
-          s->tm.adaptive ? "adaptive" : "kernel", s->tm.latency_ns,
+          rc_mode_name (s->tm.adaptive ? RA_MODE_ADAPTIVE : RA_MODE_KERNEL),
+          s->tm.latency_ns,
           s->tm.bandwidth, s->tm.parallel, s->tm.gap_ns,
           s->congestion_threshold);
   if (s->tm.adaptive)

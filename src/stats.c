@@ -13,16 +13,18 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "racache/config.h"
 #include "racache/congestion.h"
 #include "racache/stats-server.h"
+#include "racache/util.h"
 
-/* When the cache was started, for uptime_seconds. */
-static struct timespec started;
+/* When the cache was started (rc_now_ns), for uptime_seconds. */
+static _Atomic uint64_t started_ns;
 
 void
 rc_stats_mark_start (void)
 {
-  clock_gettime (CLOCK_MONOTONIC, &started);
+  atomic_store (&started_ns, rc_now_ns ());
 }
 
 static double
@@ -73,7 +75,7 @@ copy_counters (struct rc_stats *dst, const struct rc_stats *src)
 static void
 take_snap (struct rc_cache *c, struct snap *s)
 {
-  struct timespec now;
+  uint64_t t0;
 
   memset (s, 0, sizeof *s);
   s->c = c;
@@ -82,9 +84,8 @@ take_snap (struct rc_cache *c, struct snap *s)
   rc_cache_model (c, &s->lat_ns, &s->page_ns);
   rc_cache_congestion (c, &s->cong);
   s->psize = rc_pc_page_size (rc_cache_pagecache (c));
-  clock_gettime (CLOCK_MONOTONIC, &now);
-  s->uptime = started.tv_sec == 0 ? 0.0
-    : (now.tv_sec - started.tv_sec) + (now.tv_nsec - started.tv_nsec) / 1e9;
+  t0 = atomic_load (&started_ns);
+  s->uptime = t0 == 0 ? 0.0 : (rc_now_ns () - t0) / 1e9;
 }
 
 enum item_kind { COUNTER, GAUGE, LABEL };
@@ -300,8 +301,7 @@ write_items (struct writer *w, const struct snap *s)
 static const char *
 ra_mode_name (struct rc_cache *c)
 {
-  return rc_cache_config (c)->mode == RA_MODE_ADAPTIVE
-    ? "adaptive" : "kernel";
+  return rc_mode_name (rc_cache_config (c)->mode);
 }
 
 static int

@@ -84,9 +84,9 @@ expect_error 'conns.conf:1: ra-backend-connections: wrong type: expected an inte
 bad float 'ra-max = 8.5;\n'
 expect_error "float.conf:1: ra-max: wrong type" ra-cache-config="$d/float.conf"
 bad range '\n\nra-max-background = 1000;\n'
-expect_error "range.conf:3: ra-max-background: 1000 must be from 1 to 256" ra-cache-config="$d/range.conf"
+expect_error "range.conf:3: ra-max-background: 1000 is out of range: 1 to 256" ra-cache-config="$d/range.conf"
 bad pow2 'ra-cache-page-size = 3000;\n'
-expect_error "pow2.conf:1: ra-cache-page-size: 3000 must be a power of two" ra-cache-config="$d/pow2.conf"
+expect_error "pow2.conf:1: ra-cache-page-size: 3000 is out of range: a power of two from 512 to 1M" ra-cache-config="$d/pow2.conf"
 bad suffix 'ra-max = "8Q";\n'
 expect_error "suffix.conf:1: ra-max: '8Q' is not a size" ra-cache-config="$d/suffix.conf"
 bad enum 'ra-congestion = "sometimes";\n'
@@ -99,11 +99,11 @@ if [ "$(id -u)" -ne 0 ]; then
   expect_error "unknown.conf: cannot read the configuration file" ra-cache-config="$d/unknown.conf"
 fi
 # Command line errors too.
-expect_error "ra-cache-page-size: 3000 must be a power of two" ra-cache-page-size=3000
-expect_error "ra-io-max: 100 must be from one page to 32M" ra-io-max=100
+expect_error "ra-cache-page-size: 3000 is out of range: a power of two" ra-cache-page-size=3000
+expect_error "ra-io-max: 100 is out of range: one page to 32M" ra-io-max=100
 expect_error "ra-max: .* is larger than half of ra-cache-size" ra-max=512M
 expect_error "ra-congestion-threshold: 13 must be from 1 to ra-max-background" ra-congestion-threshold=13
 expect_error "ra-max: .* is not a whole number of pages" ra-max=5000
 expect_error "ra-backend-connections: 'two' is not a whole number or auto" ra-backend-connections=two
-expect_error "ra-backend-connections: 300 must be from 0 to 256" ra-backend-connections=300
+expect_error "ra-backend-connections: 300 is out of range: 0 to 256, or auto" ra-backend-connections=300
 info PASS

@@ -213,8 +213,8 @@ expect_error "past the export" \
   "^ra-trace: <stdin>:2: read at offset 4096 of 8192 bytes ends past the export size \(8192\)" \
   --export-size=8K
 : > "$tmpdir/in"
-expect_error "page size" "^ra-trace: --page-size: 3000 must be a power of two" --page-size=3000
-expect_error "page size too small" "^ra-trace: --page-size: 256 must be a power of two from 512" --page-size=256
+expect_error "page size" "^ra-trace: --page-size: 3000 is out of range: a power of two" --page-size=3000
+expect_error "page size too small" "^ra-trace: --page-size: 256 is out of range: a power of two from 512" --page-size=256
 expect_error "io-max" "^ra-trace: --io-max: 2048 must be from one page \(4096\) to 32M" --io-max=2k
 expect_error "ra-max pages" "^ra-trace: --ra-max: 6144 is not a whole number of pages" --ra-max=6k
 expect_error "ra-max vs cache" "^ra-trace: --ra-max: 4194304 is larger than half of ra-cache-size" \
@@ -225,7 +225,7 @@ expect_error "bad size" "^ra-trace: --cache-size: '12X' is not a size" --cache-s
 expect_error "missing file" "^ra-trace: $tmpdir/none: No such file" "$tmpdir/none"
 expect_error "unknown option" "^ra-trace: unknown option '--frobnicate'" --frobnicate
 printf '\nra-max = "2G";\n' > "$tmpdir/bad.conf"
-expect_error "config value" "^ra-trace: $tmpdir/bad.conf:2: ra-max: 2147483648 is larger than 1G" \
+expect_error "config value" "^ra-trace: $tmpdir/bad.conf:2: ra-max: 2147483648 is out of range: 0 \(readahead off\) to 1G" \
   --config="$tmpdir/bad.conf"
 printf 'ra-max = "6k";\n' > "$tmpdir/bad.conf"
 expect_error "config check" "^ra-trace: $tmpdir/bad.conf: ra-max: 6144 is not a whole number of pages" \
@@ -380,8 +380,8 @@ expect_error "client gap" "^ra-trace: --client-gap: '1.ms' is not a time" --clie
 expect_error "mode" "^ra-trace: --mode: 'linux' is not one of: kernel, adaptive" --mode=linux
 expect_error "bandwidth 0" "^ra-trace: --bandwidth: must not be 0" --bandwidth=0
 expect_error "bandwidth" "^ra-trace: --bandwidth: '1Gb/s' is not a size" --bandwidth=1Gb/s
-expect_error "parallel 0" "^ra-trace: --parallel: 0 must be from 1 to 256" --parallel=0
-expect_error "parallel 257" "^ra-trace: --parallel: 257 must be from 1 to 256" --parallel=257
+expect_error "parallel 0" "^ra-trace: --parallel: 0 is out of range: 1 to 256" --parallel=0
+expect_error "parallel 257" "^ra-trace: --parallel: 257 is out of range: 1 to 256" --parallel=257
 expect_error "parallel text" "^ra-trace: --parallel: 'x' is not a whole number" --parallel=x
 info "timing: kernel and adaptive bounds, congestion, bad values"
 

@@ -16,9 +16,9 @@
 
 #include "racache/readahead.h"
 
-/* Defaults (see the man page and bench/adaptive.sh): a window must
- * cover the bandwidth-delay product that one reader can use, which is
- * ~1 MB at 1 ms and ~1 GB/s but ~10 MB at 20 ms.  8 MiB is the largest
+/* Defaults (the man page, PARAMETERS, and the README's measurements
+ * say why): a window must cover the bandwidth-delay product that one
+ * reader can use (bandwidth times latency).  8 MiB is the largest
  * window whose backend reads (8 of ra-io-max) stay below the default
  * congestion threshold (9): a larger one makes its own stream look
  * congested and skips its next async part.  In adaptive mode (the
@@ -67,6 +67,12 @@ enum rc_congestion_policy {
   RC_CONGESTION_WAIT = 1,     /* queue it until in-flight drops below */
 };
 
+/* Their names, as the keys take them ("kernel", "adaptive"; "skip",
+ * "wait").
+ */
+const char *rc_mode_name (enum ra_mode m);
+const char *rc_congestion_name (enum rc_congestion_policy p);
+
 struct rc_config {
   uint64_t cache_size;        /* bytes of page data, at most */
   uint64_t page_size;         /* bytes, power of two */
@@ -110,15 +116,25 @@ rc_default_congestion_threshold (unsigned max_background)
 
 enum rc_key_type { RC_KEY_SIZE, RC_KEY_UNSIGNED, RC_KEY_STRING, RC_KEY_ENUM };
 
+/* Flags of a key's values. */
+#define RC_KEY_AUTO  1u          /* also takes "auto" */
+#define RC_KEY_POW2  2u          /* a power of two */
+
+/* One key: the one table (src/config.c) that parsing, validation,
+ * --help, the debug dump and the documentation tests read.
+ */
 struct rc_key {
   const char *name;
   enum rc_key_type type;
   size_t offset;              /* of the field in struct rc_config */
   const char *const *choices; /* RC_KEY_ENUM: the values, in enum order
                                * (the field is an enum type) */
+  uint64_t min, max;          /* RC_KEY_SIZE, RC_KEY_UNSIGNED */
+  unsigned flags;             /* RC_KEY_* */
+  const char *meta;           /* the value in --help: SIZE, N, ... */
   const char *def;            /* default, as the documentation writes it */
   const char *range;          /* range, as the documentation writes it */
-  const char *help;           /* one line */
+  const char *help;           /* one sentence */
 };
 
 extern const struct rc_key rc_keys[];
@@ -128,9 +144,21 @@ void rc_config_defaults (struct rc_config *c);
 /* Free the strings a configuration owns. */
 void rc_config_free (struct rc_config *c);
 
+/* The --help text of every key, from rc_keys (a static string). */
+const char *rc_config_help (void);
+/* The configuration c as "key=value" pairs in rc_keys' order, space
+ * separated, into buf (len bytes): sizes and numbers as integers,
+ * ra-backend-connections resolved for a backend that runs one call per
+ * connection or not (rc_backend_connections).
+ */
+void rc_config_describe (const struct rc_config *c, bool one_call_per_ctx,
+                         char *buf, size_t len);
+
 /* Parse a size the way nbdkit does: decimal digits and an optional
- * binary suffix (b, k, M, G, T, P, E, either case).  Returns -1 if it is
- * not one.
+ * binary suffix (b, k, M, G, T, P, E, either case, that last one
+ * optionally followed by "iB" or "B": "1MiB"), at most 2^63 - 1.
+ * Returns -1 if it is not one.  The one size parser of the core and the
+ * tools.
  */
 int rc_parse_size (const char *s, uint64_t *out);
 

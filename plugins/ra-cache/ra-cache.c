@@ -354,43 +354,6 @@ ra_cache_config_complete (nbdkit_next_config_complete *next,
   return next (nxdata);
 }
 
-/* Every key of rc_keys[] (src/config.c) with its default and range; a
- * test checks that this, the man page and etc/ra-cache.conf agree.
- */
-#define ra_cache_config_help \
-  "ra-cache-config=FILE        A libconfig file setting the keys below;\n" \
-  "                            the command line overrides it.\n" \
-  "ra-cache-size=SIZE          Page data kept in memory (default 256M;\n" \
-  "                            at least one page and twice ra-max).\n" \
-  "ra-cache-page-size=SIZE     Cache page (default 4K; power of two\n" \
-  "                            from 512 to 1M).\n" \
-  "ra-mode=kernel|adaptive     Window sizing: the kernel's rules, or per\n" \
-  "                            stream from measurements (default adaptive).\n" \
-  "ra-max=SIZE                 Largest readahead window (default 8M;\n" \
-  "                            0 = readahead off, up to 1G; adaptive:\n" \
-  "                            the upper limit of every stream's).\n" \
-  "ra-io-max=SIZE              Largest backend read (default 1M;\n" \
-  "                            one page to 32M).\n" \
-  "ra-max-background=N         Background workers: async reads in flight\n" \
-  "                            (default 12; 1 to 256).\n" \
-  "ra-backend-connections=N    Backend connections the workers share\n" \
-  "                            (default auto; 0 to 256), opened once a\n" \
-  "                            client has connected.  auto: 1, or 4 with\n" \
-  "                            a plugin that runs one request at a time\n" \
-  "                            per connection (curl, ssh).\n" \
-  "ra-congestion-threshold=N|auto  Skip async parts at N reads in\n" \
-  "                            flight (default auto, 3/4 of\n" \
-  "                            ra-max-background; 1 to\n" \
-  "                            ra-max-background).\n" \
-  "ra-congestion=skip|wait     At the threshold, drop the async part or\n" \
-  "                            queue it (default skip).\n" \
-  "ra-cache-stats=FILE         Write the counters as JSON (default\n" \
-  "                            none) at exit and every interval.\n" \
-  "ra-cache-stats-socket=PATH  Serve the counters as JSON on a Unix\n" \
-  "                            socket, mode 0600 (default none).\n" \
-  "ra-cache-stats-interval=SECS  Log a summary, rewrite the stats file\n" \
-  "                            (default 0 = never; up to 86400)."
-
 static int
 ra_cache_thread_model (void)
 {
@@ -627,19 +590,12 @@ ra_cache_after_fork (nbdkit_backend *backend)
 
   saved_backend = backend;
   nbdkit_debug ("ra-cache: version %s", PACKAGE_VERSION);
-  nbdkit_debug ("ra-cache: config: ra-mode=%s ra-cache-size=%" PRIu64
-                " ra-cache-page-size=%" PRIu64 " ra-max=%" PRIu64
-                " ra-io-max=%" PRIu64 " ra-max-background=%u"
-                " ra-backend-connections=%u"
-                " ra-congestion-threshold=%u ra-congestion=%s"
-                " ra-cache-stats-interval=%u",
-                cfg.mode == RA_MODE_ADAPTIVE ? "adaptive" : "kernel",
-                cfg.cache_size, cfg.page_size, cfg.ra_max, cfg.io_max,
-                cfg.max_background,
-                rc_backend_connections (&cfg, serialize_requests),
-                cfg.congestion_threshold,
-                cfg.congestion == RC_CONGESTION_WAIT ? "wait" : "skip",
-                cfg.stats_interval);
+  {
+    char line[1024];
+
+    rc_config_describe (&cfg, serialize_requests, line, sizeof line);
+    nbdkit_debug ("ra-cache: config: %s", line);
+  }
   /* Workers beyond one would only queue on the lock. */
   if (serialize_backend)
     nworkers = 1;
@@ -989,7 +945,6 @@ static struct nbdkit_filter filter = {
   .unload            = ra_cache_unload,
   .config            = ra_cache_config,
   .config_complete   = ra_cache_config_complete,
-  .config_help       = ra_cache_config_help,
   .thread_model      = ra_cache_thread_model,
   .get_ready         = ra_cache_get_ready,
   .after_fork        = ra_cache_after_fork,
@@ -1018,5 +973,15 @@ static struct nbdkit_filter filter = {
   .can_cache         = ra_cache_can_cache,
   .cache             = ra_cache_cache,
 };
+
+/* --help: every key of the one table (src/config.c, rc_keys), with its
+ * default and range.  nbdkit copies this struct when it registers the
+ * filter, after the library's constructors have run.
+ */
+static void __attribute__ ((constructor))
+ra_cache_set_help (void)
+{
+  filter.config_help = rc_config_help ();
+}
 
 NBDKIT_REGISTER_FILTER (filter)
