@@ -586,34 +586,37 @@ int
 rc_pool_start (struct rc_pool *p, const struct rc_backend *be, unsigned n,
                struct rc_stats *st, const struct rc_pool_hooks *hooks)
 {
+  struct rc_conn *conn = n ? calloc (n, sizeof *conn) : NULL;
   unsigned i;
-  int e;
+  int e = 0;
 
+  if (n && !conn)
+    return -1;
+  /* The workers may look already (rc_pool_take). */
+  ACQUIRE_LOCK (&p->lock);
   p->be = *be;
   p->st = st;
   p->hooks = *hooks;
   p->limit_retry_min_ns = be->limit_retry_ns ? be->limit_retry_ns
     : RC_LIMIT_RETRY_MIN_NS;
+  p->conn = conn;
   p->n = n;
   set_limit (p, n);
-  if (n == 0)
-    return 0;
-  p->conn = calloc (n, sizeof *p->conn);
-  if (!p->conn)
-    return -1;
-  if (!be->worker_open) {
+  if (n > 0 && !be->worker_open) {
     /* No contexts to open: every connection is open (ctx NULL). */
     for (i = 0; i < n; i++)
       p->conn[i].state = RC_CONN_OPEN;
     set_nopen (p, n);
-    return 0;
   }
-  e = pthread_create (&p->connector, NULL, connector_main, p);
+  else if (n > 0) {
+    e = pthread_create (&p->connector, NULL, connector_main, p);
+    p->has_connector = e == 0;
+  }
+  RELEASE_LOCK (&p->lock);
   if (e != 0) {
     errno = e;
     return -1;
   }
-  p->has_connector = true;
   return 0;
 }
 
