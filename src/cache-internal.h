@@ -27,14 +27,7 @@
 #include "racache/congestion.h"
 #include "racache/readahead.h"
 #include "racache/readpath.h"
-
-/* The yield bound (adaptive mode): for RC_YIELD_NS after a client of
- * another stream last waited for a read at random (a branch G window),
- * a stream's windows are at most self_max / RC_YIELD_DIV pages, in
- * backend reads of at most io_max / RC_YIELD_DIV.
- */
-#define RC_YIELD_NS (UINT64_C (1000000000))
-#define RC_YIELD_DIV 4
+#include "racache/trigger.h"
 
 struct rc_cache {
   struct rc_config cfg;
@@ -70,11 +63,8 @@ struct rc_cache {
    */
   _Atomic unsigned executing;
   _Atomic uint64_t executing_bytes; /* their bytes */
-  /* When a client last waited for a read at random, and its stream's
-   * owner (src/cache.c, note_random_wait): the yield bound.
-   */
-  _Atomic uint64_t random_wait_ns;
-  _Atomic unsigned random_wait_owner;
+  /* What a trigger does (src/trigger.c) over this cache and backend. */
+  struct rc_trigger_env env;
 
   /* The background workers and their job queue (src/jobq.c), and
    * their backend connections (src/connpool.c).
@@ -91,9 +81,11 @@ struct rc_stream {
   unsigned owner;               /* owner of its read-ahead pages (1..) */
   struct rc_behind behind;      /* drop-behind (src/readpath.c) */
   uint64_t bytes_reading;       /* bytes of its client reads in progress */
-  uint64_t depth_bytes;         /* ... at most lately (decays by 1/16 a read) */
   unsigned nreading;            /* its client reads in progress */
-  unsigned depth_reads16;       /* ... at most lately, times 16 */
+  /* The depth lately: written under lock, read by a trigger without it. */
+  _Atomic uint64_t depth_bytes; /* the most bytes in progress lately
+                                   (decays by 1/16 a read) */
+  _Atomic unsigned depth_reads16; /* ... reads, times 16 */
 };
 
 /* src/workers.c */

@@ -1,34 +1,34 @@
-/* ra-cache: the read path (doc/readahead-rules.md) over the shared page cache.
+/* ra-cache: the filter's cache: lifecycle, and the read path
+ * (doc/readahead-rules.md) over the shared page cache and the backend.
  *
  * The page walk (sync trigger, async trigger, wait, copy) is
- * rc_read_path (src/readpath.c, shared with ra-trace and the unit
- * tests); here are its ops over the shared page cache and the backend:
- * a trigger decides a window (rc_read_decide), submit inserts its new
- * pages in flight, and this thread reads the sync part while the async
- * part goes to the background workers.  At the end prev_pos is the
- * byte after the read.
+ * rc_read_path (src/readpath.c) and what a trigger does is rc_trigger
+ * (src/trigger.c), both shared with ra-trace and the unit tests; here
+ * are their ops over this cache: the clock, the backend model, the
+ * congestion decision and whether a background connection is open
+ * (src/workers.c), reading around the cache for a client whose own reads
+ * cover the backend, and issuing a window's batches: this thread reads
+ * the sync part (straight into the client's buffer where it lies inside
+ * it) while the async part goes to the background workers.  At the end
+ * of a read prev_pos is the byte after it and drop-behind gives back
+ * what the stream read once behind it.
  *
  * The stream state is per connection and guarded by the stream's lock,
- * which is held while the engine decides and submit inserts pages (lock
- * order: stream lock, then page cache shard locks), never while reading
- * from the backend or waiting for pages.
+ * which is held while the engine decides and the window's pages are
+ * inserted (lock order: src/cache-internal.h), never while reading from
+ * the backend or waiting for pages.
  *
  * Congestion (the decision is rc_cong_decide, src/congestion.c; with
  * ra-congestion=skip, the default): when a window is submitted while
  * the backend reads running and queued are at or above the congestion
- * threshold, only the sync part is read.  The async
- * part's new pages are removed from the cache again and ra_drop_async
- * shrinks the stream state by them, so the next access misses at start
- * + size and branch B continues the stream.  A queued async part is
- * started by the workers when the decision lets it: in adaptive mode
- * while the backend slots the estimator measured leave one free for a
- * sync read; in kernel mode with ra-congestion=wait once fewer than the
- * threshold of reads are running (src/jobq.c).  In adaptive mode a
- * client whose own reads in flight cover the backend's bandwidth-delay
- * product gets no window beyond its request at all (trigger).  Either way, a
- * client that needs a page whose async read is still queued promotes
- * that read among the sync jobs: it never waits behind speculation, and
- * the read is issued once.
+ * threshold, only the sync part is read (src/trigger.c).  A queued async
+ * part is started by the workers when the decision lets it: in adaptive
+ * mode while the backend slots the estimator measured leave one free for
+ * a sync read; in kernel mode with ra-congestion=wait once fewer than
+ * the threshold of reads are running (src/jobq.c).  A client that needs
+ * a page whose async read is still queued promotes that read among the
+ * sync jobs: it never waits behind speculation, and the read is issued
+ * once.
  */
 
 #include <config.h>
@@ -41,6 +41,8 @@
 #include "cache-internal.h"
 #include "racache/readpath.h"
 #include "racache/util.h"
+
+static const struct rc_trigger_ops trigger_ops;
 
 struct rc_cache *
 rc_cache_new (const struct rc_config *cfg, const struct rc_backend *be,
@@ -59,6 +61,8 @@ rc_cache_new (const struct rc_config *cfg, const struct rc_backend *be,
     return NULL;
   }
   rc_engine_params (cfg, nworkers, &c->params);
+  rc_trigger_env_init (&c->env, &trigger_ops, c, &rc_pc_trigger_ops, c->pc,
+                       &c->params, &c->stats);
   ra_model_init (&c->model);
   pthread_mutex_init (&c->model_lock, NULL);
   rc_cong_init (&c->cong, cfg->congestion_threshold,
@@ -198,139 +202,18 @@ rc_stream_free (struct rc_stream *s)
   free (s);
 }
 
-/* The batches one submitted window produced: a list that starts on the
- * stack and grows on the heap for windows of many backend reads (a large
- * ra-max over a small ra-io-max).
- */
-#define INLINE_BATCHES 64
-struct batches {
-  struct rc_cache *c;
-  bool forced;                  /* NBD_CMD_CACHE */
-  bool random;                  /* a window of branch G */
-  bool near;                    /* a window of branch N */
-  unsigned owner;               /* the stream's, 0 for forced */
-  unsigned n, cap;
-  bool overflow;                /* could not grow: stop inserting */
-  struct rc_batch *b;
-  struct rc_batch inline_b[INLINE_BATCHES];
-};
-
-static void
-batches_init (struct batches *bs, struct rc_cache *c, bool forced)
-{
-  bs->c = c;
-  bs->forced = forced;
-  bs->random = false;
-  bs->near = false;
-  bs->owner = 0;
-  bs->n = 0;
-  bs->cap = INLINE_BATCHES;
-  bs->overflow = false;
-  bs->b = bs->inline_b;
-}
-
-static void
-batches_free (struct batches *bs)
-{
-  if (bs->b != bs->inline_b)
-    free (bs->b);
-}
-
-static bool
-submit_insert (void *opaque, ra_pgoff index, bool marker, bool async)
-{
-  struct batches *bs = opaque;
-
-  /* Once the list cannot grow, the rest of the window stays absent and
-   * is read on demand.  One slot is always kept for the run being built.
-   */
-  if (bs->overflow)
-    return false;
-  return rc_pc_insert (bs->c->pc, index, marker,
-                       bs->forced ? RC_INSERT_FORCED
-                       : async ? (bs->near ? RC_INSERT_NEAR : RC_INSERT_AHEAD)
-                       : bs->random ? RC_INSERT_RANDOM : RC_INSERT_SYNC,
-                       bs->owner);
-}
-
-static void
-submit_batch (void *opaque, ra_pgoff start, ra_pgoff count, bool async)
-{
-  struct batches *bs = opaque;
-
-  bs->b[bs->n].start = start;
-  bs->b[bs->n].count = count;
-  bs->b[bs->n].async = async;
-  bs->n++;
-  /* Keep a free slot for the run that is being built. */
-  if (bs->n + 1 >= bs->cap) {
-    unsigned ncap = bs->cap * 2;
-    struct rc_batch *nb = malloc (ncap * sizeof *nb);
-
-    if (nb) {
-      memcpy (nb, bs->b, bs->n * sizeof *nb);
-      batches_free (bs);
-      bs->b = nb;
-      bs->cap = ncap;
-    }
-    else
-      bs->overflow = true;
-  }
-}
-
-static const struct ra_submit_ops submit_ops = {
-  .insert = submit_insert,
-  .batch = submit_batch,
-};
-
-static ra_pgoff
-abandon_pages (void *opaque, ra_pgoff start, ra_pgoff count)
-{
-  return rc_pc_abandon (opaque, start, count);
-}
-
-/* Submit window w (the stream lock is held if w came from a stream) in
- * backend reads of at most io pages.  Applies the congestion rule to its
- * async part when ra is not NULL; last is the end (in pages) of the
- * client request that triggered it.
- */
-static void
-submit_window (struct rc_cache *c, struct ra_state *ra,
-               const struct ra_window *w, ra_pgoff last, struct batches *bs,
-               ra_pgoff io)
-{
-  struct ra_submit_result res;
-
-  if (w->size == 0)
-    return;
-  STAT_ADD (&c->stats, windows[w->branch], 1);
-  bs->random = w->branch == RA_G_RANDOM;
-  bs->near = w->branch == RA_N_NEAR;
-  ra_submit (w, io, &submit_ops, bs, &res);
-  if (!ra || res.async_pages == 0)
-    return;
-  /* No background connection open: nobody would read the async part. */
-  if (rc_congestion (c, RC_CONG_KEEP, 0, 0) != RC_CONG_GO ||
-      !rc_workers_ready (c)) {
-    ra_pgoff dropped = rc_drop_async_batches (ra, w, last, bs->b, &bs->n,
-                                              abandon_pages, c->pc);
-
-    STAT_ADD (&c->stats, async_skipped, 1);
-    STAT_ADD (&c->stats, async_skipped_pages, dropped);
-  }
-}
-
-/* The client read a trigger serves.  A sync batch that lies wholly
- * inside it is read from the backend straight into the client's buffer
- * and copied into the cache from there: its bytes are copied once, not
- * through a bounce buffer and back out of the cache.  The trigger then
- * sets rd's [done_start, done_end): the pages the client already has.
+/* The client read a trigger serves (the trigger's user pointer).  A
+ * sync batch that lies wholly inside it is read from the backend
+ * straight into the client's buffer and copied into the cache from
+ * there: its bytes are copied once, not through a bounce buffer and
+ * back out of the cache.  The trigger then sets rd's [done_start,
+ * done_end): the pages the client already has.
  */
 struct client_read {
   struct rc_cache *c;
   struct rc_stream *s;
   void *ctx;
-  char *buf;
+  char *buf;                    /* NULL: no client buffer (NBD_CMD_CACHE) */
   ra_pgoff again_page;          /* see rc_pc_access's again */
   struct rc_promotion pr;       /* while it waits for a page in flight */
 };
@@ -350,151 +233,33 @@ batch_in_client_buf (struct rc_cache *c, const struct rc_read *rd,
   return from >= rd->offset && from < to && to <= rd->offset + rd->count;
 }
 
-/* Issue the batches: sync ones read now, by this thread and (when there
- * are several) by workers in parallel, then async ones to the workers.
- * The first sync batches, when they lie one after the other inside the
- * client's buffer (rd, buf), are one backend read straight into it,
- * however many io_max batches they are: a client's 2M read is one 2M
- * backend read, as without the filter, not 1M here and 1M through a
- * worker.  (The glue still splits it at the backend's own maximum block
- * size.)  A window's async part is queued once its sync part has been
- * read (whether or not that read failed: its pages are in flight and
- * must be read or given up), so that it never shares the backend with
- * the sync read its client waits for; a window without a sync part (an
- * async trigger) is queued at once.  A client that meanwhile waits for
- * an async page finds its job promoted when it is queued (rc_promote).
- * Returns 0, or -1 with *err if a sync read of a page of [need_start,
- * need_end) failed: the pages the caller needs (those of a trigger's
- * request from its page on; every page of a forced fill).
+/* The trigger's ops (include/racache/trigger.h) over the filter's cache
+ * and backend (opaque: struct rc_cache; t->user: struct client_read).
  */
-static void
-queue_async (struct rc_cache *c, const struct batches *bs)
+static uint64_t
+env_now_ns (void *opaque)
 {
-  unsigned i;
-
-  for (i = 0; i < bs->n; i++)
-    if (bs->b[i].async)
-      rc_queue_job (c, bs->b[i].start, bs->b[i].count, true, NULL);
-}
-
-static int
-issue_batches (struct rc_cache *c, void *ctx, struct batches *bs,
-               struct rc_read *rd, char *buf, ra_pgoff need_start,
-               ra_pgoff need_end, int *err)
-{
-  struct rc_wait wait;
-  int first = -1, nsync = 0;
-  unsigned i, last;
-  ra_pgoff start, count;
-  int r = 0;
-
-  for (i = 0; i < bs->n && first == -1; i++)
-    if (!bs->b[i].async)
-      first = i;
-  if (first == -1) {
-    queue_async (c, bs);
-    return 0;
-  }
-
-  /* The sync batches [first, last] read by this thread. */
-  start = bs->b[first].start;
-  count = bs->b[first].count;
-  last = first;
-  if (batch_in_client_buf (c, rd, start, count))
-    while (last + 1 < bs->n && !bs->b[last + 1].async &&
-           bs->b[last + 1].start == start + count &&
-           batch_in_client_buf (c, rd, start, count + bs->b[last + 1].count))
-      count += bs->b[++last].count;
-
-  for (i = last + 1; i < bs->n; i++)
-    if (!bs->b[i].async) {
-      if (nsync++ == 0)
-        rc_wait_init (&wait, need_start, need_end);
-      rc_queue_job (c, bs->b[i].start, bs->b[i].count, false, &wait);
-    }
-  STAT_ADD (&c->stats, sync_pages, count);
-  if (batch_in_client_buf (c, rd, start, count)) {
-    r = rc_backend_read_pages_to (c, ctx, start, count,
-                                  buf + ((start << c->params.page_shift)
-                                         - rd->offset), err);
-    if (r == 0) {
-      rd->done_start = start;
-      rd->done_end = start + count;
-    }
-  }
-  else
-    r = rc_backend_read_pages (c, ctx, start, count, true, err);
-  if (r == -1 && !(start < need_end && start + count > need_start))
-    r = 0;                      /* not a page the caller needs */
-  if (nsync > 0) {
-    int e = rc_wait_for (c, ctx, &wait);
-
-    rc_wait_destroy (&wait);
-    for (i = last + 1; i < bs->n; i++)
-      if (!bs->b[i].async)
-        STAT_ADD (&c->stats, sync_pages, bs->b[i].count);
-    if (r == 0 && e != 0) {
-      *err = e;
-      r = -1;
-    }
-  }
-  queue_async (c, bs);
-  return r;
-}
-
-/* The yield bound.  A client that waits for a read at random (a
- * branch G window: a guest's random I/O) queues behind the bytes that
- * speculation has in flight, on the backend, on the link and on the
- * CPUs that move them; so, for a while after a client of another stream
- * last did, each stream's windows are bounded to a quarter of the
- * congestion bound (2M with the defaults, where it is 8M) and read in
- * backend reads of a quarter of ra-io-max (256K), as ra-io-max=256K
- * would make them.  A lone stream, or one whose own reads are the
- * random ones, never yields.  Measured in the README ("Congestion
- * measured").
- */
-static void
-note_random_wait (struct rc_cache *c, const struct rc_stream *s)
-{
-  atomic_store_explicit (&c->random_wait_owner, s->owner,
-                         memory_order_relaxed);
-  atomic_store_explicit (&c->random_wait_ns, rc_now_ns (),
-                         memory_order_relaxed);
-}
-
-/* What a yielding stream keeps of x pages (a quarter, at least one). */
-static ra_pgoff
-yield_part (ra_pgoff x)
-{
-  return x / RC_YIELD_DIV > 0 ? x / RC_YIELD_DIV : 1;
+  (void) opaque;
+  return rc_now_ns ();
 }
 
 static bool
-yielding (struct rc_cache *c, const struct rc_stream *s, uint64_t now)
+env_model (void *opaque, double *lat_ns, double *page_ns)
 {
-  uint64_t t = atomic_load_explicit (&c->random_wait_ns,
-                                     memory_order_relaxed);
-
-  return t != 0 && now - t < RC_YIELD_NS &&
-    atomic_load_explicit (&c->random_wait_owner, memory_order_relaxed)
-    != s->owner;
+  return rc_cache_model (opaque, lat_ns, page_ns);
 }
 
-/* Adaptive mode: what the engine is told at each decision. */
-static void
-adaptive_inputs (struct rc_cache *c, struct rc_stream *s,
-                 struct ra_inputs *in)
+static enum rc_cong_answer
+env_congestion (void *opaque, enum rc_cong_question q, unsigned n,
+                uint64_t client_bytes)
 {
-  uint64_t markers = rc_pc_markers (c->pc);
+  return rc_congestion (opaque, q, n, client_bytes);
+}
 
-  in->now_ns = rc_now_ns ();
-  if (!rc_cache_model (c, &in->lat_ns, &in->page_ns))
-    in->lat_ns = -1;
-  in->share = ra_fair_share (rc_pc_capacity (c->pc), markers);
-  in->wasted = rc_pc_take_wasted (c->pc, s->owner);
-  in->near_hits = rc_pc_take_near_hits (c->pc, s->owner);
-  in->yield_max = yielding (c, s, in->now_ns)
-    ? yield_part (c->params.self_max) : 0;
+static bool
+env_ready (void *opaque)
+{
+  return rc_workers_ready (opaque);
 }
 
 /* Read around the cache.  A client whose own reads cover the backend
@@ -502,31 +267,36 @@ adaptive_inputs (struct rc_cache *c, struct rc_stream *s,
  * would give the pages of its stream back as soon as it has passed
  * them: inserting them only costs page memory touched for the first
  * time, a copy and the page bookkeeping, for the same backend reads
- * (the README, "qemu-img convert", has the figures).  So when such a window is
- * the whole request, at its first page, and none of it is cached, in
- * flight or was given back lately, the request is one backend read
- * straight into the client's buffer and no page is made.  Its groups are
- * remembered as given back (rc_pc_read_around_done), so that data read
- * a second time is kept as after drop-behind.
+ * (the README, "qemu-img convert", has the figures).  So when such a
+ * window is the whole request, at its first page, and none of it is
+ * cached, in flight or was given back lately, the request is one backend
+ * read straight into the client's buffer and no page is made.  Its
+ * groups are remembered as given back (rc_pc_read_around_done), so that
+ * data read a second time is kept as after drop-behind.
  */
 static bool
-read_around_ok (struct rc_cache *c, const struct rc_read *rd,
-                const char *buf, ra_pgoff index, const struct ra_window *w)
+env_around_ok (void *opaque, const struct rc_trigger *t)
 {
-  return rd && buf && index == rd->first &&
-    w->start == rd->first && w->size >= rd->last - rd->first &&
-    w->async_size == 0 &&
+  struct rc_cache *c = opaque;
+  const struct client_read *cr = t->user;
+  const struct rc_read *rd = t->rd;
+
+  return rd && cr->buf && t->index == rd->first &&
+    t->w.start == rd->first && t->w.size >= rd->last - rd->first &&
+    t->w.async_size == 0 &&
     rc_pc_read_around_ok (c->pc, rd->first, rd->last - rd->first);
 }
 
 static int
-read_around (struct rc_cache *c, void *ctx, struct rc_read *rd, char *buf,
-             int *err)
+env_around (void *opaque, struct rc_trigger *t, int *err)
 {
+  struct rc_cache *c = opaque;
+  struct client_read *cr = t->user;
+  struct rc_read *rd = t->rd;
   ra_pgoff n = rd->last - rd->first;
 
-  if (rc_backend_read_around (c, ctx, buf, (uint32_t) rd->count, rd->offset,
-                              err) == -1)
+  if (rc_backend_read_around (c, cr->ctx, cr->buf, (uint32_t) rd->count,
+                              rd->offset, err) == -1)
     return -1;
   rc_pc_read_around_done (c->pc, rd->first, n);
   STAT_ADD (&c->stats, read_around_pages, n);
@@ -537,90 +307,125 @@ read_around (struct rc_cache *c, void *ctx, struct rc_read *rd, char *buf,
   return 0;
 }
 
-/* A trigger at page index of a read ending at page last (rd, buf: that
- * read, or NULL).
+/* Issue the batches: sync ones read now, by this thread and (when there
+ * are several) by workers in parallel, then async ones to the workers.
+ * The first sync batches, when they lie one after the other inside the
+ * client's buffer, are one backend read straight into it, however many
+ * io_max batches they are: a client's 2M read is one 2M backend read,
+ * as without the filter, not 1M here and 1M through a worker.  (The
+ * glue still splits it at the backend's own maximum block size.)  A
+ * window's async part is queued once its sync part has been read
+ * (whether or not that read failed: its pages are in flight and must be
+ * read or given up), so that it never shares the backend with the sync
+ * read its client waits for; a window without a sync part (an async
+ * trigger) is queued at once.  A client that meanwhile waits for an
+ * async page finds its job promoted when it is queued (rc_promote).
  */
-static int
-trigger (struct rc_cache *c, struct rc_stream *s, void *ctx,
-         ra_pgoff index, bool marker, ra_pgoff last, struct rc_read *rd,
-         char *buf, int *err)
+static void
+queue_async (struct rc_cache *c, const struct rc_trigger *t)
 {
-  struct batches bs;
-  struct ra_window w;
-  struct ra_inputs in, *inp = NULL;
-  const struct ra_params *p = &c->params;
-  struct ra_params request_only;
-  ra_pgoff io = c->params.io_max;
-  int r;
+  unsigned i;
 
-  batches_init (&bs, c, false);
-  bs.owner = s->owner;
-  ACQUIRE_LOCK (&s->lock);
-  /* A client whose own reads keep the backend busy (several reads, as
-   * many bytes as the BDP and half of ra-max) reads just its request:
-   * readahead would only compete with its reads.
-   */
-  if (rc_congestion (c, RC_CONG_WINDOW, s->depth_reads16 / 16,
-                     s->depth_bytes) == RC_CONG_COVERED) {
-    request_only = c->params;
-    request_only.ra_max = 0;
-    p = &request_only;
-    STAT_ADD (&c->stats, async_covered, 1);
+  for (i = 0; i < t->n; i++)
+    if (t->b[i].async)
+      rc_queue_job (c, t->b[i].start, t->b[i].count, true, NULL);
+}
+
+static int
+env_issue (void *opaque, struct rc_trigger *t, int *err)
+{
+  struct rc_cache *c = opaque;
+  struct client_read *cr = t->user;
+  struct rc_read *rd = cr->buf ? t->rd : NULL;
+  struct rc_wait wait;
+  int first = -1, nsync = 0;
+  unsigned i, last;
+  ra_pgoff start, count;
+  int r = 0;
+
+  for (i = 0; i < t->n && first == -1; i++)
+    if (!t->b[i].async)
+      first = i;
+  if (first == -1) {
+    queue_async (c, t);
+    return 0;
   }
-  if (p->mode == RA_MODE_ADAPTIVE && p->ra_max > 0) {
-    adaptive_inputs (c, s, &in);
-    inp = &in;
-    if (in.wasted > 0)
-      STAT_ADD (&c->stats, adapt_waste_events, 1);
-  }
-  rc_read_decide (&s->ra, p, &rc_pc_query_ops, c->pc, rd,
-                  index, marker, last, inp, &w);
-  if (inp) {
-    atomic_store_explicit (&c->stats.adapt_cap_pages, s->ra.ad.cap,
-                           memory_order_relaxed);
-    if (in.yield_max) {
-      STAT_ADD (&c->stats, windows_yielded, 1);
-      io = yield_part (c->params.io_max);
+
+  /* The sync batches [first, last] read by this thread. */
+  start = t->b[first].start;
+  count = t->b[first].count;
+  last = first;
+  if (batch_in_client_buf (c, rd, start, count))
+    while (last + 1 < t->n && !t->b[last + 1].async &&
+           t->b[last + 1].start == start + count &&
+           batch_in_client_buf (c, rd, start, count + t->b[last + 1].count))
+      count += t->b[++last].count;
+
+  for (i = last + 1; i < t->n; i++)
+    if (!t->b[i].async) {
+      if (nsync++ == 0)
+        rc_wait_init (&wait, t->need_start, t->need_end);
+      rc_queue_job (c, t->b[i].start, t->b[i].count, false, &wait);
+    }
+  STAT_ADD (&c->stats, sync_pages, count);
+  if (batch_in_client_buf (c, rd, start, count)) {
+    r = rc_backend_read_pages_to (c, cr->ctx, start, count,
+                                  cr->buf + ((start << c->params.page_shift)
+                                             - rd->offset), err);
+    if (r == 0) {
+      rd->done_start = start;
+      rd->done_end = start + count;
     }
   }
-  if (w.branch == RA_G_RANDOM && w.size > 0 && p == &c->params)
-    note_random_wait (c, s);
-  if (p == &request_only && read_around_ok (c, rd, buf, index, &w)) {
-    STAT_ADD (&c->stats, windows[w.branch], 1);
-    RELEASE_LOCK (&s->lock);
-    return read_around (c, ctx, rd, buf, err);
+  else
+    r = rc_backend_read_pages (c, cr->ctx, start, count, true, err);
+  if (r == -1 && !(start < t->need_end && start + count > t->need_start))
+    r = 0;                      /* not a page the caller needs */
+  if (nsync > 0) {
+    int e = rc_wait_for (c, cr->ctx, &wait);
+
+    rc_wait_destroy (&wait);
+    for (i = last + 1; i < t->n; i++)
+      if (!t->b[i].async)
+        STAT_ADD (&c->stats, sync_pages, t->b[i].count);
+    if (r == 0 && e != 0) {
+      *err = e;
+      r = -1;
+    }
   }
-  submit_window (c, &s->ra, &w, last, &bs, io);
-  RELEASE_LOCK (&s->lock);
-  r = issue_batches (c, ctx, &bs, rd, buf, index, last, err);
-  batches_free (&bs);
+  queue_async (c, t);
   return r;
 }
 
-/* Adaptive mode: the client waited for page index, which an async part
- * had in flight.  The engine counts it late and may name the stream's
- * next marker: take it now and make the async trigger it would have
- * made, so the next window starts early.
+static const struct rc_trigger_ops trigger_ops = {
+  .now_ns = env_now_ns,
+  .model = env_model,
+  .congestion = env_congestion,
+  .ready = env_ready,
+  .around_ok = env_around_ok,
+  .around = env_around,
+  .issue = env_issue,
+};
+
+/* A trigger of cr's stream at page index of a read ending at page last
+ * (rd: that read, or NULL).
  */
-static void
-late (struct rc_cache *c, struct rc_stream *s, void *ctx, ra_pgoff index)
+static int
+trigger (struct client_read *cr, ra_pgoff index, bool marker, ra_pgoff last,
+         struct rc_read *rd, int *err)
 {
-  ra_pgoff m, reads;
-  int ignored;
+  struct rc_stream *s = cr->s;
+  struct rc_trigger t;
+  int r;
 
-  STAT_ADD (&c->stats, adapt_late, 1);
-  ACQUIRE_LOCK (&s->lock);
-  m = ra_late (&s->ra, &c->params, index);
-  reads = (s->ra.ad.cap + c->params.io_max - 1) / c->params.io_max;
-  RELEASE_LOCK (&s->lock);
-  if (m != RA_NO_MARKER &&
-      rc_congestion (c, RC_CONG_EARLY, reads, 0) == RC_CONG_GO &&
-      rc_pc_take_marker (c->pc, m)) {
-    STAT_ADD (&c->stats, adapt_early_triggers, 1);
-    trigger (c, s, ctx, m, true, m + 1, NULL, NULL, &ignored);
-  }
+  rc_trigger_init (&t, &s->ra, s->owner, index, marker, last, rd,
+                   atomic_load (&s->depth_reads16) / 16,
+                   atomic_load (&s->depth_bytes));
+  t.user = cr;
+  r = rc_trigger (&cr->c->env, &t, &s->lock, err);
+  rc_trigger_free (&t);
+  return r;
 }
-
 
 /* The read path's ops (include/racache/readpath.h) over the shared
  * page cache, for one client read (opaque: struct client_read).
@@ -665,20 +470,27 @@ static int
 cr_trigger (void *opaque, struct rc_read *rd, ra_pgoff index, bool marker,
             int *err)
 {
-  struct client_read *cr = opaque;
-
-  return trigger (cr->c, cr->s, cr->ctx, index, marker, rd->last, rd,
-                  cr->buf, err);
+  return trigger (opaque, index, marker, rd->last, rd, err);
 }
 
+/* Adaptive mode: the client waited for page index, which an async part
+ * had in flight (rc_trigger_late).
+ */
 static void
 cr_late (void *opaque, struct rc_read *rd, ra_pgoff index)
 {
   struct client_read *cr = opaque;
+  struct rc_trigger t;
 
   (void) rd;
-  if (cr->c->params.mode == RA_MODE_ADAPTIVE)
-    late (cr->c, cr->s, cr->ctx, index);
+  if (cr->c->params.mode != RA_MODE_ADAPTIVE)
+    return;
+  rc_trigger_init (&t, &cr->s->ra, cr->s->owner, index, false, index + 1,
+                   NULL, atomic_load (&cr->s->depth_reads16) / 16,
+                   atomic_load (&cr->s->depth_bytes));
+  t.user = cr;
+  rc_trigger_late (&cr->c->env, &t, &cr->s->lock);
+  rc_trigger_free (&t);
 }
 
 static int
@@ -766,29 +578,14 @@ rc_fill (struct rc_cache *c, void *ctx, uint32_t count, uint64_t offset,
   uint64_t ps = UINT64_C (1) << shift;
   ra_pgoff index = offset >> shift;
   ra_pgoff last = (offset + count + ps - 1) >> shift;
-  struct ra_window w;
+  struct client_read cr = { .c = c, .ctx = ctx };
+  int r;
 
   if (count == 0)
     return 0;
-  while (ra_forced (&c->params, index, last, &w)) {
-    struct batches bs;
-    int r;
-
-    batches_init (&bs, c, true);
-    submit_window (c, NULL, &w, last, &bs, c->params.io_max);
-    r = issue_batches (c, ctx, &bs, NULL, NULL, 0, RA_NO_MARKER, err);
-    /* When the batch list could not grow (out of memory), the rest of
-     * the chunk was not inserted: go on from the end of the last batch.
-     */
-    if (bs.overflow && bs.n > 0)
-      index = bs.b[bs.n - 1].start + bs.b[bs.n - 1].count;
-    else
-      index = w.start + w.size;
-    batches_free (&bs);
-    if (r == -1)
-      return -1;
-  }
-  return 0;
+  while ((r = rc_trigger_forced (&c->env, &index, last, &cr, err)) == 1)
+    ;
+  return r;
 }
 
 void

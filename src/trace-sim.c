@@ -55,6 +55,8 @@
 
 #include "trace-sim.h"
 
+static const struct rc_trigger_ops trigger_ops;
+
 static void *
 xrealloc (void *p, size_t n)
 {
@@ -91,6 +93,8 @@ sim_init (struct sim *s, const struct rc_config *cfg,
                 cfg->congestion == RC_CONGESTION_WAIT);
   s->again_page = RA_NO_MARKER;
   ra_model_init (&s->model);
+  rc_trigger_env_init (&s->env, &trigger_ops, s, &rc_pc_trigger_ops, s->pc,
+                       &s->p, &s->st);
 }
 
 /* The timing options (tm->parallel and tm->adaptive are the
@@ -131,49 +135,6 @@ cur_owner (const struct sim *s)
 {
   return (unsigned) (s->cur_stream % (RC_PC_OWNERS - 1)) + 1;
 }
-
-/* ra_submit's callbacks: insert as src/cache.c does. */
-static bool
-sub_insert (void *opaque, ra_pgoff index, bool marker, bool async)
-{
-  struct sim *s = opaque;
-
-  if (!rc_pc_insert (s->pc, index, marker,
-                     async ? (s->cur_near ? RC_INSERT_NEAR : RC_INSERT_AHEAD)
-                     : s->cur_random ? RC_INSERT_RANDOM : RC_INSERT_SYNC,
-                     cur_owner (s)))
-    return false;
-  if (marker)
-    s->window_marker = index;
-  if (async)
-    STAT_ADD (&s->st, async_pages, 1);
-  else
-    STAT_ADD (&s->st, sync_pages, 1);
-  return true;
-}
-
-/* A batch is kept until the window is submitted: the congestion rule may
- * drop the async ones, then issue_batch issues the others.
- */
-static void
-sub_batch (void *opaque, ra_pgoff start, ra_pgoff count, bool async)
-{
-  struct sim *s = opaque;
-
-  if (s->nbatches == s->batches_alloc) {
-    s->batches_alloc = s->batches_alloc ? 2 * s->batches_alloc : 64;
-    s->batches = xrealloc (s->batches,
-                           s->batches_alloc * sizeof *s->batches);
-  }
-  s->batches[s->nbatches].start = start;
-  s->batches[s->nbatches].count = count;
-  s->batches[s->nbatches].async = async;
-  s->nbatches++;
-}
-
-static const struct ra_submit_ops submit_ops = {
-  .insert = sub_insert, .batch = sub_batch
-};
 
 /* ---- the backend (timed replay) ----------------------------------------- */
 
@@ -325,17 +286,6 @@ inflight (const struct sim *s)
   return s->nheap;
 }
 
-/* The congestion rule dropped a batch: remove its new pages. */
-static ra_pgoff
-drop_pages (void *opaque, ra_pgoff start, ra_pgoff count)
-{
-  struct sim *s = opaque;
-  ra_pgoff n = rc_pc_abandon (s->pc, start, count);
-
-  STAT_SUB (&s->st, async_pages, n);
-  return n;
-}
-
 /* ---- replay ------------------------------------------------------------- */
 
 /* Widths of the window table (see --help and ra-trace(1)). */
@@ -355,95 +305,100 @@ print_table_header (const struct sim *s)
   putchar ('\n');
 }
 
-/* What adaptive mode measures, as src/cache.c adaptive_inputs. */
-static void
-adaptive_inputs (struct sim *s, struct ra_inputs *in)
+/* ---- the trigger's ops (include/racache/trigger.h) over the simulation -- */
+
+static uint64_t
+env_now_ns (void *opaque)
 {
-  in->now_ns = s->now;
-  if (!ra_model_estimate (&s->model, &in->lat_ns, &in->page_ns))
-    in->lat_ns = -1;
-  in->share = ra_fair_share (s->capacity, rc_pc_markers (s->pc));
-  in->wasted = rc_pc_take_wasted (s->pc, cur_owner (s));
-  in->near_hits = rc_pc_take_near_hits (s->pc, cur_owner (s));
-  /* The filter's yield bound comes from the clock of concurrent clients'
-   * waits, which one replayed timeline does not have.
-   */
-  in->yield_max = 0;
+  return ((struct sim *) opaque)->now;
 }
 
-/* A trigger at page index of a read ending at page last (req = last -
- * index); kind is "sync", "async" or "early" (an async trigger made early
- * by the late feedback).
- */
-static void
-trigger (struct sim *s, struct ra_state *ra, ra_pgoff index, bool marker,
-         ra_pgoff last, const struct rc_read *rd, const char *kind)
+static bool
+env_model (void *opaque, double *lat_ns, double *page_ns)
 {
-  struct ra_window w;
-  struct ra_submit_result res = { 0, 0, 0 };
-  ra_pgoff dropped = 0;
-  uint64_t issued;
-  char mbuf[24];
-  unsigned b;
+  return ra_model_estimate (&((struct sim *) opaque)->model, lat_ns, page_ns);
+}
+
+/* The filter's congestion decision (rc_cong_decide, src/congestion.c)
+ * with its fixed threshold: ra-trace does not simulate the estimator.
+ * An instant backend has nothing in flight.
+ */
+static enum rc_cong_answer
+env_congestion (void *opaque, enum rc_cong_question q, unsigned n,
+                uint64_t client_bytes)
+{
+  struct sim *s = opaque;
+  struct rc_cong_load load = {
+    .executing = (unsigned) inflight (s),
+    .new_reads = q == RC_CONG_EARLY ? n : 0,
+    .client_reads = q == RC_CONG_WINDOW ? n : 0,
+    .client_bytes = client_bytes,
+  };
+
+  if (q == RC_CONG_KEEP && !s->timed)
+    return RC_CONG_GO;
+  return rc_cong_decide (&s->cong, q, &load);
+}
+
+/* The sync batches now; the async ones once the sync part is read, as
+ * src/cache.c queues them.
+ */
+static int
+env_issue (void *opaque, struct rc_trigger *t, int *err)
+{
+  struct sim *s = opaque;
   uint64_t sync_done = 0;
+  unsigned b;
 
-  struct ra_inputs in;
-  struct rc_cong_load load = { .executing = 0 };
-
-  if (s->tm.adaptive)
-    adaptive_inputs (s, &in);
-  rc_read_decide (ra, &s->p, &rc_pc_query_ops, s->pc, rd, index, marker, last,
-                  s->tm.adaptive ? &in : NULL, &w);
-  s->nbatches = 0;
-  s->window_marker = RA_NO_MARKER;
-  s->cur_random = w.branch == RA_G_RANDOM;
-  s->cur_near = w.branch == RA_N_NEAR;
-  if (w.size > 0)
-    ra_submit (&w, s->p.io_max, &submit_ops, s, &res);
-  /* The filter's congestion decision (rc_cong_decide, src/congestion.c,
-   * with its fixed threshold: ra-trace does not simulate the estimator):
-   * only speculation past the request is dropped.  (An instant backend
-   * has nothing in flight.)
-   */
-  load.executing = (unsigned) inflight (s);
-  if (s->timed && res.async_pages > 0 &&
-      rc_cong_decide (&s->cong, RC_CONG_KEEP, &load) != RC_CONG_GO) {
-    dropped = rc_drop_async_batches (ra, &w, last, s->batches, &s->nbatches,
-                                     drop_pages, s);
-    if (dropped > 0) {
-      STAT_ADD (&s->st, async_skipped, 1);
-      STAT_ADD (&s->st, async_skipped_pages, dropped);
-    }
-  }
-  /* The sync batches now; the async ones once the sync part is read,
-   * as src/cache.c (issue_batches) queues them.
-   */
-  issued = s->nbatches;
-  for (b = 0; b < s->nbatches; b++)
-    if (!s->batches[b].async) {
-      uint64_t done = issue_batch (s, s->batches[b].start,
-                                   s->batches[b].count, s->now);
+  (void) err;
+  for (b = 0; b < t->n; b++)
+    if (!t->b[b].async) {
+      uint64_t done = issue_batch (s, t->b[b].start, t->b[b].count, s->now);
 
       if (done > sync_done)
         sync_done = done;
     }
-  for (b = 0; b < s->nbatches; b++)
-    if (s->batches[b].async)
-      issue_batch (s, s->batches[b].start, s->batches[b].count, sync_done);
-  s->nbatches = 0;
+  for (b = 0; b < t->n; b++)
+    if (t->b[b].async)
+      issue_batch (s, t->b[b].start, t->b[b].count, sync_done);
+  return 0;
+}
 
-  if (marker)
+static const struct rc_trigger_ops trigger_ops = {
+  .now_ns = env_now_ns,
+  .model = env_model,
+  .congestion = env_congestion,
+  .issue = env_issue,
+};
+
+/* A trigger's records and its row of the window table; kind is "sync",
+ * "async" or "early" (an async trigger made early by the late feedback).
+ */
+static void
+record (struct sim *s, const struct ra_state *ra, const struct rc_trigger *t,
+        const char *kind)
+{
+  char mbuf[24];
+
+  STAT_ADD (&s->st, sync_pages, t->res.sync_pages);
+  STAT_ADD (&s->st, async_pages, t->res.async_pages - t->dropped);
+  /* The summary counts every decision (the filter's counters only
+   * windows that read something).
+   */
+  if (t->w.size == 0)
+    STAT_ADD (&s->st, windows[t->w.branch < RA_NR_BRANCHES ? t->w.branch
+                              : RA_NONE], 1);
+  if (t->marker)
     s->c.async_triggers++;
   else
     s->c.sync_triggers++;
-  STAT_ADD (&s->st, windows[w.branch < RA_NR_BRANCHES ? w.branch : RA_NONE], 1);
-  if (w.size > s->c.largest_window)
-    s->c.largest_window = w.size;
+  if (t->w.size > s->c.largest_window)
+    s->c.largest_window = t->w.size;
   if (s->streams && s->cur_stream < s->nstreams) {
     struct stream_info *si = &s->streams[s->cur_stream];
 
-    if (w.size > si->largest_window)
-      si->largest_window = w.size;
+    if (t->w.size > si->largest_window)
+      si->largest_window = t->w.size;
     if (ra->ad.cap > si->largest_cap)
       si->largest_cap = ra->ad.cap;
   }
@@ -453,16 +408,17 @@ trigger (struct sim *s, struct ra_state *ra, ra_pgoff index, bool marker,
    * window's marker page was cached already (submit skips it) or its
    * async part was dropped.
    */
-  if (s->window_marker == RA_NO_MARKER ||
-      !rc_pc_query_ops.cached (s->pc, s->window_marker))
+  if (t->marker_page == RA_NO_MARKER ||
+      !rc_pc_query_ops.cached (s->pc, t->marker_page))
     strcpy (mbuf, "-");
   else
-    snprintf (mbuf, sizeof mbuf, "%" PRIu64, (uint64_t) s->window_marker);
+    snprintf (mbuf, sizeof mbuf, "%" PRIu64, (uint64_t) t->marker_page);
   printf (ROW_FMT, s->cur_read, s->cur_stream_id, kind,
-          ra_branch_name (w.branch),
-          (uint64_t) w.start, (uint64_t) w.size, (uint64_t) w.async_size,
-          mbuf, (uint64_t) (res.sync_pages + res.async_pages - dropped),
-          issued);
+          ra_branch_name (t->w.branch),
+          (uint64_t) t->w.start, (uint64_t) t->w.size,
+          (uint64_t) t->w.async_size, mbuf,
+          (uint64_t) (t->res.sync_pages + t->res.async_pages - t->dropped),
+          (uint64_t) t->n);
   if (s->extended)
     printf (" %12.3f", (double) s->now / 1e6);
   if (s->tm.adaptive)
@@ -470,29 +426,35 @@ trigger (struct sim *s, struct ra_state *ra, ra_pgoff index, bool marker,
   putchar ('\n');
 }
 
+/* A trigger at page index of a read ending at page last (req = last -
+ * index): the core's (src/trigger.c), as the filter's.
+ */
+static void
+trigger (struct sim *s, struct ra_state *ra, ra_pgoff index, bool marker,
+         ra_pgoff last, struct rc_read *rd)
+{
+  struct rc_trigger t;
+  int ignored;
+
+  rc_trigger_init (&t, ra, cur_owner (s), index, marker, last, rd, 1, 0);
+  rc_trigger (&s->env, &t, NULL, &ignored);
+  record (s, ra, &t, marker ? "async" : "sync");
+  rc_trigger_free (&t);
+}
+
 /* Adaptive mode: the client waited for page index, which an async part
- * had in flight (src/cache.c late()): the engine counts it and may name
- * the stream's next marker, which is taken now for an early async
- * trigger, unless that window's reads would reach the congestion
- * threshold.
+ * had in flight: the core's rc_trigger_late, as the filter's.
  */
 static void
 late (struct sim *s, struct ra_state *ra, ra_pgoff index)
 {
-  ra_pgoff m = ra_late (ra, &s->p, index);
-  uint64_t reads = (ra->ad.cap + s->p.io_max - 1) / s->p.io_max;
-  struct rc_cong_load load = {
-    .executing = (unsigned) inflight (s), .new_reads = (unsigned) reads,
-  };
+  struct rc_trigger t;
 
-  STAT_ADD (&s->st, adapt_late, 1);
-  if (m == RA_NO_MARKER ||
-      rc_cong_decide (&s->cong, RC_CONG_EARLY, &load) != RC_CONG_GO)
-    return;
-  if (!rc_pc_take_marker (s->pc, m))
-    return;
-  STAT_ADD (&s->st, adapt_early_triggers, 1);
-  trigger (s, ra, m, true, m + 1, NULL, "early");
+  rc_trigger_init (&t, ra, cur_owner (s), index, false, index + 1, NULL, 1,
+                   0);
+  if (rc_trigger_late (&s->env, &t, NULL))
+    record (s, ra, &t, "early");
+  rc_trigger_free (&t);
 }
 
 /* The shared read path's ops (src/readpath.c) over the simulation, for
@@ -531,8 +493,7 @@ sim_trigger (void *opaque, struct rc_read *rd, ra_pgoff i, bool marker,
              int *err)
 {
   (void) err;
-  trigger (opaque, rd->user, i, marker, rd->last, rd,
-           marker ? "async" : "sync");
+  trigger (opaque, rd->user, i, marker, rd->last, rd);
   return 0;
 }
 
@@ -739,6 +700,5 @@ sim_free (struct sim *s)
   rc_pc_free (s->pc);
   free (s->slot_free);
   free (s->heap);
-  free (s->batches);
   free (s->streams);
 }

@@ -13,6 +13,7 @@
 #include "racache/readahead.h"
 #include "racache/readpath.h"
 #include "racache/stats.h"
+#include "racache/trigger.h"
 #include "trace.h"
 
 /* Provided by the program that links the simulation (ra-trace.c, the
@@ -72,10 +73,7 @@ struct sim {
    */
   struct rc_pagecache *pc;
   ra_pgoff again_page;          /* see rc_pc_access's again */
-  bool cur_random;              /* the window being submitted is G's */
-  bool cur_near;                /* ... is N's (a near window) */
-  ra_pgoff window_marker;       /* the page the window being submitted
-                                 * set the marker on, or RA_NO_MARKER */
+  struct rc_trigger_env env;    /* the core's trigger over this sim */
   struct counters c;
   struct rc_stats st;           /* the core's counters, as the filter's */
   /* Timing (sim_set_timing; the defaults of sim_init are instant). */
@@ -92,8 +90,6 @@ struct sim {
   size_t nheap, heap_alloc;
   uint64_t seq;
   struct ra_model model;
-  struct rc_batch *batches;     /* of the window being submitted */
-  unsigned nbatches, batches_alloc;
   struct stream_info *streams;  /* NULL until sim_set_timing */
   size_t nstreams;
   /* Output. */

@@ -20,6 +20,7 @@
 #include "racache/congestion.h"
 #include "racache/readahead.h"
 #include "racache/readpath.h"
+#include "racache/trigger.h"
 
 /* ---- a simulated page cache and the read path ------------------------ */
 
@@ -80,10 +81,13 @@ sim_cached (void *opaque, ra_pgoff i)
 static const struct ra_cache_ops sim_ops = { .cached = sim_cached };
 
 static bool
-sim_insert (void *opaque, ra_pgoff i, bool marker, bool async)
+sim_insert (void *opaque, ra_pgoff i, bool marker, enum rc_insert_kind kind,
+            unsigned owner)
 {
   struct sim *s = opaque;
+  bool async = kind == RC_INSERT_AHEAD || kind == RC_INSERT_NEAR;
 
+  (void) owner;
   ck_assert_uint_lt (i, SIM_PAGES);
   ck_assert_uint_lt (i, ra_nr_pages (&s->p)); /* never past the export */
   if (s->cached[i])
@@ -94,21 +98,6 @@ sim_insert (void *opaque, ra_pgoff i, bool marker, bool async)
   return true;
 }
 
-static void
-sim_batch (void *opaque, ra_pgoff start, ra_pgoff count, bool async)
-{
-  struct sim *s = opaque;
-
-  ck_assert_uint_lt (s->nb, SIM_MAX_BATCHES);
-  s->b[s->nb].start = start;
-  s->b[s->nb].count = count;
-  s->b[s->nb].async = async;
-  s->nb++;
-}
-
-static const struct ra_submit_ops sim_submit_ops = {
-  .insert = sim_insert, .batch = sim_batch
-};
 
 static struct sim *
 sim_new (unsigned shift, ra_pgoff ra_max, ra_pgoff io_max,
@@ -165,6 +154,30 @@ sim_count_markers (const struct sim *s)
   return n;
 }
 
+/* ra_submit's own callbacks, for the tests of ra_submit and ra_forced. */
+static bool
+sim_submit_insert (void *opaque, ra_pgoff i, bool marker, bool async)
+{
+  return sim_insert (opaque, i, marker,
+                     async ? RC_INSERT_AHEAD : RC_INSERT_SYNC, 0);
+}
+
+static void
+sim_submit_batch (void *opaque, ra_pgoff start, ra_pgoff count, bool async)
+{
+  struct sim *s = opaque;
+
+  ck_assert_uint_lt (s->nb, SIM_MAX_BATCHES);
+  s->b[s->nb].start = start;
+  s->b[s->nb].count = count;
+  s->b[s->nb].async = async;
+  s->nb++;
+}
+
+static const struct ra_submit_ops sim_submit_ops = {
+  .insert = sim_submit_insert, .batch = sim_submit_batch
+};
+
 static ra_pgoff
 sim_abandon (void *opaque, ra_pgoff start, ra_pgoff count)
 {
@@ -173,26 +186,77 @@ sim_abandon (void *opaque, ra_pgoff start, ra_pgoff count)
   return count;
 }
 
-/* One trigger: the decision of the shared read path (rc_read_decide),
- * submit, and (when the congestion decision says so) the drop step of
- * src/cache.c for a client request ending at page last = index + req.
+static bool
+sim_take_marker (void *opaque, ra_pgoff i)
+{
+  struct sim *s = opaque;
+  bool had = i < SIM_PAGES && s->marker[i];
+
+  if (had)
+    s->marker[i] = false;
+  return had;
+}
+
+static const struct rc_trigger_cache_ops sim_cache_ops = {
+  .query = &sim_ops, .insert = sim_insert, .abandon = sim_abandon,
+  .take_marker = sim_take_marker,
+};
+
+/* The congestion decision (fixed threshold SIM_CONG_THRESHOLD) over the
+ * reads the test says are in flight.
+ */
+static enum rc_cong_answer
+sim_congestion (void *opaque, enum rc_cong_question q, unsigned n,
+                uint64_t client_bytes)
+{
+  struct sim *s = opaque;
+  struct rc_cong_load load = { .executing = s->inflight };
+
+  (void) n; (void) client_bytes;
+  return q == RC_CONG_KEEP ? rc_cong_decide (&s->cong, q, &load)
+    : RC_CONG_GO;
+}
+
+/* The sim's reads complete at once (pages are up to date when
+ * inserted): issuing only records the batches.
+ */
+static int
+sim_issue (void *opaque, struct rc_trigger *t, int *err)
+{
+  struct sim *s = opaque;
+
+  (void) err;
+  ck_assert_uint_le (t->n, SIM_MAX_BATCHES);
+  memcpy (s->b, t->b, t->n * sizeof *t->b);
+  s->nb = t->n;
+  return 0;
+}
+
+static const struct rc_trigger_ops sim_trigger_ops = {
+  .congestion = sim_congestion, .issue = sim_issue,
+};
+
+/* One trigger: the core's (src/trigger.c: rc_read_decide, submit, and
+ * when the congestion decision says so the drop step), for a client
+ * request ending at page last = index + req.
  */
 static void
 sim_trigger (struct sim *s, ra_pgoff index, bool marker, ra_pgoff req,
              struct ra_window *w)
 {
-  ra_pgoff last = index + req;
-  struct rc_cong_load load = { .executing = s->inflight };
+  struct rc_trigger_env env;
+  struct rc_trigger t;
+  int err;
 
-  rc_read_decide (&s->ra, &s->p, &sim_ops, s, s->rd, index, marker, last,
-                  NULL, w);
+  rc_trigger_env_init (&env, &sim_trigger_ops, s, &sim_cache_ops, s,
+                       &s->p, &s->st);
+  rc_trigger_init (&t, &s->ra, 1, index, marker, index + req, s->rd, 0, 0);
   s->nb = 0;
-  s->dropped = 0;
-  ra_submit (w, s->p.io_max, &sim_submit_ops, s, &s->res);
-  if (s->res.async_pages > 0 &&
-      rc_cong_decide (&s->cong, RC_CONG_KEEP, &load) != RC_CONG_GO)
-    s->dropped = rc_drop_async_batches (&s->ra, w, last, s->b, &s->nb,
-                                        sim_abandon, s);
+  rc_trigger (&env, &t, NULL, &err);
+  *w = t.w;
+  s->res = t.res;
+  s->dropped = t.dropped;
+  rc_trigger_free (&t);
   ck_assert_int_lt (s->nlog, SIM_LOG);
   s->log[s->nlog].w = *w;
   s->log[s->nlog].index = index;

@@ -1,0 +1,393 @@
+/* ra-cache: what a trigger does (include/racache/trigger.h), once.
+ *
+ * The sequence, as mm/readahead.c's page_cache_sync_ra and
+ * page_cache_async_ra around their readahead_control:
+ *
+ *   1. covered: a client whose own reads keep the backend busy (several
+ *      reads, as many bytes as the backend's bandwidth-delay product and
+ *      half of ra-max: the WINDOW congestion question) gets a window of
+ *      just its request;
+ *   2. inputs (adaptive mode): the clock, the backend model, the cache's
+ *      fair share, the stream's waste and near hits, and the yield bound;
+ *   3. decide: rc_read_decide (the engine, readahead.c);
+ *   4. around: a covered request whose window is all of it, at its
+ *      first page, may be read around the cache (the user says when);
+ *   5. submit: the window's new pages inserted in flight, in batches of
+ *      t->io pages (a quarter of io_max while yielding);
+ *   6. keep or drop: the async part is dropped (its pages removed, the
+ *      stream state shrunk: ra_drop_async) when the KEEP congestion
+ *      question says so or nobody could read it;
+ *   7. issue: the user reads the sync batches, then the async ones.
+ *
+ * Steps 1 to 6 run under the stream's lock, step 7 without it.
+ */
+
+#include <config.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "racache/trigger.h"
+#include "racache/util.h"
+
+void
+rc_trigger_env_init (struct rc_trigger_env *env,
+                     const struct rc_trigger_ops *ops, void *opaque,
+                     const struct rc_trigger_cache_ops *cache_ops,
+                     void *cache, const struct ra_params *params,
+                     struct rc_stats *st)
+{
+  env->ops = ops;
+  env->opaque = opaque;
+  env->cache_ops = cache_ops;
+  env->cache = cache;
+  env->params = params;
+  env->st = st;
+  atomic_store (&env->random_wait_ns, 0);
+  atomic_store (&env->random_wait_owner, 0);
+}
+
+void
+rc_trigger_init (struct rc_trigger *t, struct ra_state *ra, unsigned owner,
+                 ra_pgoff index, bool marker, ra_pgoff last,
+                 struct rc_read *rd, unsigned depth_reads,
+                 uint64_t depth_bytes)
+{
+  t->ra = ra;
+  t->owner = owner;
+  t->depth_reads = depth_reads;
+  t->depth_bytes = depth_bytes;
+  t->index = index;
+  t->marker = marker;
+  t->last = last;
+  t->rd = rd;
+  t->user = NULL;
+  memset (&t->w, 0, sizeof t->w);
+  t->io = 0;
+  t->covered = t->around = false;
+  memset (&t->res, 0, sizeof t->res);
+  t->dropped = 0;
+  t->marker_page = RA_NO_MARKER;
+  t->need_start = index;
+  t->need_end = last;
+  t->b = t->inline_b;
+  t->n = 0;
+  t->cap = RC_TRIGGER_INLINE_BATCHES;
+  t->overflow = false;
+}
+
+void
+rc_trigger_free (struct rc_trigger *t)
+{
+  if (t->b != t->inline_b)
+    free (t->b);
+  t->b = t->inline_b;
+  t->n = 0;
+  t->cap = RC_TRIGGER_INLINE_BATCHES;
+}
+
+/* ---- submit: insert the window's pages, collect its batches ---------- */
+
+struct submit {
+  struct rc_trigger_env *env;
+  struct rc_trigger *t;
+  enum rc_insert_kind sync_kind, async_kind;
+};
+
+static bool
+submit_insert (void *opaque, ra_pgoff index, bool marker, bool async)
+{
+  struct submit *sub = opaque;
+
+  /* Once the list cannot grow, the rest of the window stays absent and
+   * is read on demand.  One slot is always kept for the run being built.
+   */
+  if (sub->t->overflow)
+    return false;
+  if (!sub->env->cache_ops->insert (sub->env->cache, index, marker,
+                                    async ? sub->async_kind : sub->sync_kind,
+                                    sub->t->owner))
+    return false;
+  if (marker)
+    sub->t->marker_page = index;
+  return true;
+}
+
+static void
+submit_batch (void *opaque, ra_pgoff start, ra_pgoff count, bool async)
+{
+  struct rc_trigger *t = ((struct submit *) opaque)->t;
+
+  t->b[t->n].start = start;
+  t->b[t->n].count = count;
+  t->b[t->n].async = async;
+  t->n++;
+  /* Keep a free slot for the run that is being built. */
+  if (t->n + 1 >= t->cap) {
+    unsigned ncap = t->cap * 2;
+    struct rc_batch *nb = malloc (ncap * sizeof *nb);
+
+    if (nb) {
+      memcpy (nb, t->b, t->n * sizeof *nb);
+      if (t->b != t->inline_b)
+        free (t->b);
+      t->b = nb;
+      t->cap = ncap;
+    }
+    else
+      t->overflow = true;
+  }
+}
+
+static const struct ra_submit_ops submit_ops = {
+  .insert = submit_insert,
+  .batch = submit_batch,
+};
+
+/* Insert t's window (forced: NBD_CMD_CACHE) in batches of t->io pages. */
+static void
+submit (struct rc_trigger_env *env, struct rc_trigger *t, bool forced)
+{
+  struct submit sub = {
+    .env = env, .t = t,
+    .sync_kind = forced ? RC_INSERT_FORCED
+      : t->w.branch == RA_G_RANDOM ? RC_INSERT_RANDOM : RC_INSERT_SYNC,
+    .async_kind = forced ? RC_INSERT_FORCED
+      : t->w.branch == RA_N_NEAR ? RC_INSERT_NEAR : RC_INSERT_AHEAD,
+  };
+
+  STAT_ADD (env->st, windows[t->w.branch], 1);
+  ra_submit (&t->w, t->io, &submit_ops, &sub, &t->res);
+}
+
+/* Step 6: drop the async part when the congestion rule says so, or when
+ * nobody could read it.
+ */
+static void
+keep_or_drop (struct rc_trigger_env *env, struct rc_trigger *t)
+{
+  if (t->res.async_pages == 0)
+    return;
+  if (env->ops->congestion (env->opaque, RC_CONG_KEEP, 0, 0) == RC_CONG_GO &&
+      (!env->ops->ready || env->ops->ready (env->opaque)))
+    return;
+  t->dropped = rc_drop_async_batches (t->ra, &t->w, t->last, t->b, &t->n,
+                                      env->cache_ops->abandon, env->cache);
+  STAT_ADD (env->st, async_skipped, 1);
+  STAT_ADD (env->st, async_skipped_pages, t->dropped);
+}
+
+/* ---- the yield bound and the inputs ---------------------------------- */
+
+/* What a yielding stream keeps of x pages (a quarter, at least one). */
+static ra_pgoff
+yield_part (ra_pgoff x)
+{
+  return x / RC_YIELD_DIV > 0 ? x / RC_YIELD_DIV : 1;
+}
+
+/* The yield bound.  A client that waits for a read at random (a branch
+ * G window: a guest's random I/O) queues behind the bytes that
+ * speculation has in flight, on the backend, on the link and on the
+ * CPUs that move them; so, for a while after a client of another stream
+ * last did, each stream's windows are bounded to a quarter of the
+ * congestion bound and read in backend reads of a quarter of ra-io-max,
+ * as ra-io-max set to a quarter would make them.  A lone stream, or one
+ * whose own reads are the random ones, never yields.  Measured in the
+ * README ("Congestion measured").
+ */
+static bool
+yielding (struct rc_trigger_env *env, unsigned owner, uint64_t now)
+{
+  uint64_t t = atomic_load_explicit (&env->random_wait_ns,
+                                     memory_order_relaxed);
+
+  return t != 0 && now - t < RC_YIELD_NS &&
+    atomic_load_explicit (&env->random_wait_owner, memory_order_relaxed)
+    != owner;
+}
+
+static void
+note_random_wait (struct rc_trigger_env *env, unsigned owner)
+{
+  atomic_store_explicit (&env->random_wait_owner, owner,
+                         memory_order_relaxed);
+  atomic_store_explicit (&env->random_wait_ns,
+                         env->ops->now_ns ? env->ops->now_ns (env->opaque)
+                         : 0, memory_order_relaxed);
+}
+
+/* Adaptive mode: what the engine is told at each decision. */
+static void
+inputs (struct rc_trigger_env *env, const struct rc_trigger *t,
+        struct ra_inputs *in)
+{
+  memset (in, 0, sizeof *in);
+  in->now_ns = env->ops->now_ns ? env->ops->now_ns (env->opaque) : 0;
+  if (!env->ops->model || !env->ops->model (env->opaque, &in->lat_ns,
+                                            &in->page_ns))
+    in->lat_ns = -1;
+  if (env->cache_ops->inputs)
+    env->cache_ops->inputs (env->cache, t->owner, in);
+  in->yield_max = yielding (env, t->owner, in->now_ns)
+    ? yield_part (env->params->self_max) : 0;
+}
+
+/* ---- the trigger --------------------------------------------------- */
+
+/* Steps 1 to 6 (see the top of this file); t->around when step 4 says
+ * to read around instead.
+ */
+static void
+decide_and_submit (struct rc_trigger_env *env, struct rc_trigger *t)
+{
+  const struct ra_params *p = env->params;
+  struct ra_params request_only;
+  struct ra_inputs in, *inp = NULL;
+
+  t->io = p->io_max;
+  if (env->ops->congestion (env->opaque, RC_CONG_WINDOW, t->depth_reads,
+                            t->depth_bytes) == RC_CONG_COVERED) {
+    request_only = *p;
+    request_only.ra_max = 0;
+    p = &request_only;
+    t->covered = true;
+    STAT_ADD (env->st, async_covered, 1);
+  }
+  if (p->mode == RA_MODE_ADAPTIVE && p->ra_max > 0) {
+    inputs (env, t, &in);
+    inp = &in;
+    if (in.wasted > 0)
+      STAT_ADD (env->st, adapt_waste_events, 1);
+  }
+  rc_read_decide (t->ra, p, env->cache_ops->query, env->cache, t->rd,
+                  t->index, t->marker, t->last, inp, &t->w);
+  if (inp) {
+    atomic_store_explicit (&env->st->adapt_cap_pages, t->ra->ad.cap,
+                           memory_order_relaxed);
+    if (in.yield_max) {
+      STAT_ADD (env->st, windows_yielded, 1);
+      t->io = yield_part (p->io_max);
+    }
+  }
+  if (t->w.branch == RA_G_RANDOM && t->w.size > 0 && !t->covered)
+    note_random_wait (env, t->owner);
+  if (t->w.size == 0)
+    return;
+  if (t->covered && env->ops->around_ok &&
+      env->ops->around_ok (env->opaque, t)) {
+    STAT_ADD (env->st, windows[t->w.branch], 1);
+    t->around = true;
+    return;
+  }
+  submit (env, t, false);
+  keep_or_drop (env, t);
+}
+
+int
+rc_trigger (struct rc_trigger_env *env, struct rc_trigger *t,
+            pthread_mutex_t *lock, int *err)
+{
+  if (lock)
+    ACQUIRE_LOCK (lock);
+  decide_and_submit (env, t);
+  if (lock)
+    RELEASE_LOCK (lock);
+  if (t->around)
+    return env->ops->around (env->opaque, t, err);
+  return env->ops->issue (env->opaque, t, err);
+}
+
+int
+rc_trigger_forced (struct rc_trigger_env *env, ra_pgoff *index,
+                   ra_pgoff last, void *user, int *err)
+{
+  struct rc_trigger t;
+  int r;
+
+  rc_trigger_init (&t, NULL, 0, *index, false, last, NULL, 0, 0);
+  t.user = user;
+  if (!ra_forced (env->params, *index, last, &t.w))
+    return 0;
+  t.io = env->params->io_max;
+  t.need_start = 0;
+  t.need_end = RA_NO_MARKER;
+  submit (env, &t, true);
+  r = env->ops->issue (env->opaque, &t, err);
+  /* When the batch list could not grow (out of memory), the rest of
+   * the chunk was not inserted: go on from the end of the last batch.
+   */
+  if (t.overflow && t.n > 0)
+    *index = t.b[t.n - 1].start + t.b[t.n - 1].count;
+  else
+    *index = t.w.start + t.w.size;
+  rc_trigger_free (&t);
+  return r == -1 ? -1 : 1;
+}
+
+bool
+rc_trigger_late (struct rc_trigger_env *env, struct rc_trigger *t,
+                 pthread_mutex_t *lock)
+{
+  const struct ra_params *p = env->params;
+  ra_pgoff m, reads;
+  void *user;
+  int ignored;
+
+  STAT_ADD (env->st, adapt_late, 1);
+  if (lock)
+    ACQUIRE_LOCK (lock);
+  m = ra_late (t->ra, p, t->index);
+  reads = (t->ra->ad.cap + p->io_max - 1) / p->io_max;
+  if (lock)
+    RELEASE_LOCK (lock);
+  if (m == RA_NO_MARKER ||
+      env->ops->congestion (env->opaque, RC_CONG_EARLY, (unsigned) reads, 0)
+      != RC_CONG_GO ||
+      !env->cache_ops->take_marker (env->cache, m))
+    return false;
+  STAT_ADD (env->st, adapt_early_triggers, 1);
+  user = t->user;
+  rc_trigger_init (t, t->ra, t->owner, m, true, m + 1, NULL, t->depth_reads,
+                   t->depth_bytes);
+  t->user = user;
+  rc_trigger (env, t, lock, &ignored);
+  return true;
+}
+
+/* ---- the filter's cache: src/pagecache.c ------------------------------ */
+
+static bool
+pc_insert (void *cache, ra_pgoff index, bool marker, enum rc_insert_kind kind,
+           unsigned owner)
+{
+  return rc_pc_insert (cache, index, marker, kind, owner);
+}
+
+static ra_pgoff
+pc_abandon (void *cache, ra_pgoff start, ra_pgoff count)
+{
+  return rc_pc_abandon (cache, start, count);
+}
+
+static bool
+pc_take_marker (void *cache, ra_pgoff index)
+{
+  return rc_pc_take_marker (cache, index);
+}
+
+static void
+pc_inputs (void *cache, unsigned owner, struct ra_inputs *in)
+{
+  in->share = ra_fair_share (rc_pc_capacity (cache), rc_pc_markers (cache));
+  in->wasted = rc_pc_take_wasted (cache, owner);
+  in->near_hits = rc_pc_take_near_hits (cache, owner);
+}
+
+const struct rc_trigger_cache_ops rc_pc_trigger_ops = {
+  .query = &rc_pc_query_ops,
+  .insert = pc_insert,
+  .abandon = pc_abandon,
+  .take_marker = pc_take_marker,
+  .inputs = pc_inputs,
+};
