@@ -4,7 +4,8 @@
  * counted in flight while it runs (executing, executing_bytes: what the
  * congestion decision and the estimator see), and when it succeeds it
  * is a sample for the congestion estimator (src/congestion.c: its
- * latency, its size and the reads running when it started) and, for a
+ * latency, its size, the reads running when it started and the bytes
+ * delivered while it ran: delivered_bytes) and, for a
  * read of pages in adaptive mode, for the backend model.  The variants
  * below differ only in where the bytes go: into the pages' own memory
  * when it lies in one piece (no copy), through a bounce buffer into the
@@ -62,6 +63,7 @@ counted_read (struct rc_cache *c, void *ctx, void *buf, uint32_t len,
 {
   unsigned inflight = atomic_fetch_add (&c->executing, 1) + 1;
   uint64_t ibytes = atomic_fetch_add (&c->executing_bytes, len) + len;
+  uint64_t d0 = atomic_load (&c->delivered_bytes);
   uint64_t t0 = rc_now_ns (), t1;
   int r;
 
@@ -72,6 +74,8 @@ counted_read (struct rc_cache *c, void *ctx, void *buf, uint32_t len,
     struct rc_cong_sample cs = {
       .start_ns = t0, .end_ns = t1 = rc_now_ns (), .bytes = len,
       .inflight = inflight, .inflight_bytes = ibytes, .sync = sync,
+      .delivered_bytes = atomic_fetch_add (&c->delivered_bytes, len) + len
+        - d0,
     };
 
     ACQUIRE_LOCK (&c->cong_lock);

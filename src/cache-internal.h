@@ -63,6 +63,9 @@ struct rc_cache {
    */
   _Atomic unsigned executing;
   _Atomic uint64_t executing_bytes; /* their bytes */
+  _Atomic uint64_t delivered_bytes; /* bytes of all reads completed */
+  _Atomic uint64_t client_bytes_reading; /* bytes of every client read
+                                            in progress (rc_read) */
   /* What a trigger does (src/trigger.c) over this cache and backend. */
   struct rc_trigger_env env;
 
@@ -101,12 +104,12 @@ void rc_workers_join (struct rc_cache *c);
  */
 bool rc_workers_ready (struct rc_cache *c);
 /* THE congestion decision (include/racache/congestion.h) for the
- * cache's reads now (EARLY: n more reads; WINDOW: the triggering client
- * keeps n reads of client_bytes in flight).
+ * cache's reads now: the caller's question (asked: EARLY's new_reads,
+ * WINDOW's client_reads, client_bytes and covered), the cache's load.
  */
 enum rc_cong_answer rc_congestion (struct rc_cache *c,
                                    enum rc_cong_question q,
-                                   unsigned n, uint64_t client_bytes);
+                                   const struct rc_cong_load *asked);
 
 /* src/backend-read.c: every backend read, counted (see there). */
 int rc_backend_read_bytes (struct rc_cache *c, void *ctx, void *buf,

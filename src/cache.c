@@ -250,10 +250,10 @@ env_model (void *opaque, double *lat_ns, double *page_ns)
 }
 
 static enum rc_cong_answer
-env_congestion (void *opaque, enum rc_cong_question q, unsigned n,
-                uint64_t client_bytes)
+env_congestion (void *opaque, enum rc_cong_question q,
+                const struct rc_cong_load *asked)
 {
-  return rc_congestion (opaque, q, n, client_bytes);
+  return rc_congestion (opaque, q, asked);
 }
 
 static bool
@@ -262,17 +262,12 @@ env_ready (void *opaque)
   return rc_workers_ready (opaque);
 }
 
-/* Read around the cache.  A client whose own reads cover the backend
- * (async_covered) gets windows of just its request, and drop-behind
- * would give the pages of its stream back as soon as it has passed
- * them: inserting them only costs page memory touched for the first
- * time, a copy and the page bookkeeping, for the same backend reads
- * (the README, "qemu-img convert", has the figures).  So when such a
- * window is the whole request, at its first page, and none of it is
- * cached, in flight or was given back lately, the request is one backend
- * read straight into the client's buffer and no page is made.  Its
- * groups are remembered as given back (rc_pc_read_around_done), so that
- * data read a second time is kept as after drop-behind.
+/* Read around the cache (src/trigger.c says when): the request is one
+ * backend read straight into the client's buffer and no page is made.
+ * It may be when the client gave a buffer (not NBD_CMD_CACHE) and none
+ * of the request is cached, in flight or was given back lately; its
+ * groups are then remembered as given back (rc_pc_read_around_done), so
+ * that data read a second time is kept as after drop-behind.
  */
 static bool
 env_around_ok (void *opaque, const struct rc_trigger *t)
@@ -281,9 +276,7 @@ env_around_ok (void *opaque, const struct rc_trigger *t)
   const struct client_read *cr = t->user;
   const struct rc_read *rd = t->rd;
 
-  return rd && cr->buf && t->index == rd->first &&
-    t->w.start == rd->first && t->w.size >= rd->last - rd->first &&
-    t->w.async_size == 0 &&
+  return rd && cr->buf &&
     rc_pc_read_around_ok (c->pc, rd->first, rd->last - rd->first);
 }
 
@@ -539,6 +532,7 @@ rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
   slot = rc_behind_start (&s->behind, offset >> shift);
   s->bytes_reading += count;
   s->nreading++;
+  atomic_fetch_add (&c->client_bytes_reading, count);
   /* The depth the client keeps: the most it had in flight lately (the
    * reads of one burst arrive one by one), decaying by 1/16 a read.
    */
@@ -559,6 +553,7 @@ rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
     ra_update_prev_pos (&s->ra, end);
   s->bytes_reading -= count;
   s->nreading--;
+  atomic_fetch_sub (&c->client_bytes_reading, count);
   /* Drop-behind (include/racache/pagecache.h): the pages the stream
    * gives back behind it now.
    */

@@ -147,10 +147,12 @@ rc_cong_sample (struct rc_cong *e, const struct rc_cong_sample *s)
     ? e->base_cur[cls] : e->base_prev[cls];
   r = (double) lat / (double) base;
 
-  /* Delivery rate: the bytes in flight at its issue in its latency
-   * (without them, k reads of about its size).
+  /* Delivery rate: the bytes delivered while it ran, in its latency
+   * (without that count, the bytes in flight at its issue; without
+   * them, k reads of about its size).
    */
-  rate = (double) (s->inflight_bytes ? s->inflight_bytes
+  rate = (double) (s->delivered_bytes ? s->delivered_bytes
+                   : s->inflight_bytes ? s->inflight_bytes
                    : (uint64_t) k * s->bytes) / (double) lat;
   if (rate > e->rate_cur)
     e->rate_cur = rate;
@@ -211,11 +213,18 @@ rc_cong_decide (const struct rc_cong *e, enum rc_cong_question q,
       ? RC_CONG_HOLD_LIMIT : RC_CONG_GO;
 
   case RC_CONG_WINDOW:
-    /* The client's own reads keep the backend's pipe full. */
+    /* The client's own reads keep the backend's pipe full.  All
+     * clients' reads together need only half the BDP: where no
+     * bandwidth bounds the backend, the BDP measured is what was in
+     * flight, speculation included, so one moment of speculation would
+     * raise the bar the clients must reach to stop it.
+     */
     if (e->learn) {
       bdp = atomic_load_explicit (&e->bdp_now_bytes, memory_order_relaxed);
-      if (l->client_reads >= 2 && l->client_bytes >= bdp &&
-          l->client_bytes >= l->window_bytes)
+      unsigned h = l->covered ? 1 : 0;     /* hysteresis: half */
+
+      if (l->client_reads >= 2 && l->client_bytes >= l->window_bytes >> h &&
+          (l->client_bytes >= bdp >> h || l->all_client_bytes >= bdp >> 1))
         return RC_CONG_COVERED;
     }
     return RC_CONG_GO;

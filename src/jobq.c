@@ -241,7 +241,9 @@ rc_queue_job (struct rc_cache *c, ra_pgoff start, ra_pgoff count,
 static bool
 async_may_start (struct rc_cache *c, struct rc_job *j)
 {
-  switch (rc_congestion (c, RC_CONG_ISSUE, 0, 0)) {
+  struct rc_cong_load asked = { .executing = 0 };
+
+  switch (rc_congestion (c, RC_CONG_ISSUE, &asked)) {
   case RC_CONG_GO:
   case RC_CONG_COVERED:
     return true;

@@ -206,6 +206,7 @@ ra_state_init (struct ra_state *ra)
   ra->prev_valid = false;
   ra->ad = (struct ra_adapt) { 0 };
   ra->near = (struct ra_near) { 0 };
+  ra->covered = false;
 }
 
 ra_pgoff

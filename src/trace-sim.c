@@ -324,19 +324,15 @@ env_model (void *opaque, double *lat_ns, double *page_ns)
  * An instant backend has nothing in flight.
  */
 static enum rc_cong_answer
-env_congestion (void *opaque, enum rc_cong_question q, unsigned n,
-                uint64_t client_bytes)
+env_congestion (void *opaque, enum rc_cong_question q,
+                const struct rc_cong_load *asked)
 {
   struct sim *s = opaque;
-  struct rc_cong_load load = {
-    .executing = (unsigned) inflight (s),
-    .new_reads = q == RC_CONG_EARLY ? n : 0,
-    .client_reads = q == RC_CONG_WINDOW ? n : 0,
-    .client_bytes = client_bytes,
-  };
+  struct rc_cong_load load = *asked;
 
   if (q == RC_CONG_KEEP && !s->timed)
     return RC_CONG_GO;
+  load.executing = (unsigned) inflight (s);
   return rc_cong_decide (&s->cong, q, &load);
 }
 

@@ -10,8 +10,9 @@
  *   2. inputs (adaptive mode): the clock, the backend model, the cache's
  *      fair share, the stream's waste and near hits, and the yield bound;
  *   3. decide: rc_read_decide (the engine, readahead.c);
- *   4. around: a covered request whose window is all of it, at its
- *      first page, may be read around the cache (the user says when);
+ *   4. around: a request whose window keeps nothing beyond it (covered,
+ *      or its async part may not be kept now), from its first page, is
+ *      read around the cache where the user can;
  *   5. submit: the window's new pages inserted in flight, in batches of
  *      t->io pages (a quarter of io_max while yielding);
  *   6. keep or drop: the async part is dropped (its pages removed, the
@@ -160,16 +161,23 @@ submit (struct rc_trigger_env *env, struct rc_trigger *t, bool forced)
   ra_submit (&t->w, t->io, &submit_ops, &sub, &t->res);
 }
 
-/* Step 6: drop the async part when the congestion rule says so, or when
- * nobody could read it.
+/* Would an async part be kept now?  Not when the congestion rule says
+ * so, nor when nobody could read it.
  */
+static bool
+may_keep_async (struct rc_trigger_env *env)
+{
+  struct rc_cong_load asked = { .executing = 0 };
+
+  return env->ops->congestion (env->opaque, RC_CONG_KEEP, &asked) == RC_CONG_GO
+    && (!env->ops->ready || env->ops->ready (env->opaque));
+}
+
+/* Step 6: drop the async part when it may not be kept. */
 static void
 keep_or_drop (struct rc_trigger_env *env, struct rc_trigger *t)
 {
-  if (t->res.async_pages == 0)
-    return;
-  if (env->ops->congestion (env->opaque, RC_CONG_KEEP, 0, 0) == RC_CONG_GO &&
-      (!env->ops->ready || env->ops->ready (env->opaque)))
+  if (t->res.async_pages == 0 || may_keep_async (env))
     return;
   t->dropped = rc_drop_async_batches (t->ra, &t->w, t->last, t->b, &t->n,
                                       env->cache_ops->abandon, env->cache);
@@ -207,6 +215,24 @@ yielding (struct rc_trigger_env *env, unsigned owner, uint64_t now)
     != owner;
 }
 
+/* A deep sequential client's reads reach the cache out of order (the
+ * server's threads race): one that lands ahead of the stream's previous
+ * position looks random to the engine (branch G) but lies within the
+ * span of the stream's own reads in flight.  It is no random reader
+ * waiting, and must not make the other streams yield.
+ */
+static bool
+reordered (const struct ra_params *p, const struct rc_trigger *t,
+           uint64_t prev_pos)
+{
+  uint64_t at = t->index << p->page_shift;
+  uint64_t span = 2 * t->depth_bytes +
+    ((t->last - t->index) << p->page_shift);
+
+  return t->depth_reads >= 2 &&
+    (at >= prev_pos ? at - prev_pos : prev_pos - at) <= span;
+}
+
 static void
 note_random_wait (struct rc_trigger_env *env, unsigned owner)
 {
@@ -233,6 +259,57 @@ inputs (struct rc_trigger_env *env, const struct rc_trigger *t,
     ? yield_part (env->params->self_max) : 0;
 }
 
+/* ---- read around ------------------------------------------------------ */
+
+/* Step 4: read the client's request around the cache, when all the
+ * window would keep of it is that request, from its first page: either
+ * the client's own reads cover the backend (a request-only window), or
+ * the window's async part may not be kept now (the reads running and
+ * queued, the clients' above all, already keep the backend busy), so
+ * that its sync part is all that would be read.  Pages for data a
+ * stream reads once only cost then: memory touched for the first time,
+ * a copy into them and their bookkeeping (a copy tool with many reads in
+ * flight on each of its connections ran 0.64x no filter so; README,
+ * "Copy tools at every distance").  Not for random reads (branch G:
+ * their pages are kept, as data read again) nor near windows (N), and
+ * only where the user can (around_ok: a client buffer, nothing of the
+ * request cached, in flight or given back lately).  A dropped async part
+ * shrinks the stream state as a dropped batch would (ra_drop_async), so
+ * the stream goes on with branch B at its next read.
+ */
+static bool
+read_around (struct rc_trigger_env *env, struct rc_trigger *t)
+{
+  const struct ra_window *w = &t->w;
+  ra_pgoff req = t->last - t->index, dropped;
+
+  if (!t->rd || t->marker || !env->ops->around_ok ||
+      t->index != t->rd->first || w->start != t->index || w->size < req)
+    return false;
+  if (t->covered) {
+    if (w->async_size != 0)
+      return false;
+    dropped = 0;
+  }
+  else {
+    if (w->async_size == 0 || w->size - w->async_size > req ||
+        w->branch == RA_G_RANDOM || w->branch == RA_N_NEAR ||
+        may_keep_async (env))
+      return false;
+    dropped = w->size - req;
+  }
+  if (!env->ops->around_ok (env->opaque, t))
+    return false;
+  STAT_ADD (env->st, windows[w->branch], 1);
+  if (dropped > 0) {
+    ra_drop_async (t->ra, w, dropped);
+    STAT_ADD (env->st, async_skipped, 1);
+    STAT_ADD (env->st, async_skipped_pages, dropped);
+  }
+  t->around = true;
+  return true;
+}
+
 /* ---- the trigger --------------------------------------------------- */
 
 /* Steps 1 to 6 (see the top of this file); t->around when step 4 says
@@ -244,10 +321,16 @@ decide_and_submit (struct rc_trigger_env *env, struct rc_trigger *t)
   const struct ra_params *p = env->params;
   struct ra_params request_only;
   struct ra_inputs in, *inp = NULL;
+  uint64_t prev_pos = t->ra->prev_pos;
+  struct rc_cong_load asked = {
+    .client_reads = t->depth_reads, .client_bytes = t->depth_bytes,
+    .covered = t->ra->covered,
+  };
 
   t->io = p->io_max;
-  if (env->ops->congestion (env->opaque, RC_CONG_WINDOW, t->depth_reads,
-                            t->depth_bytes) == RC_CONG_COVERED) {
+  t->ra->covered = env->ops->congestion (env->opaque, RC_CONG_WINDOW, &asked)
+    == RC_CONG_COVERED;
+  if (t->ra->covered) {
     request_only = *p;
     request_only.ra_max = 0;
     p = &request_only;
@@ -270,16 +353,13 @@ decide_and_submit (struct rc_trigger_env *env, struct rc_trigger *t)
       t->io = yield_part (p->io_max);
     }
   }
-  if (t->w.branch == RA_G_RANDOM && t->w.size > 0 && !t->covered)
+  if (t->w.branch == RA_G_RANDOM && t->w.size > 0 && !t->covered &&
+      !reordered (p, t, prev_pos))
     note_random_wait (env, t->owner);
   if (t->w.size == 0)
     return;
-  if (t->covered && env->ops->around_ok &&
-      env->ops->around_ok (env->opaque, t)) {
-    STAT_ADD (env->st, windows[t->w.branch], 1);
-    t->around = true;
+  if (read_around (env, t))
     return;
-  }
   submit (env, t, false);
   keep_or_drop (env, t);
 }
@@ -330,6 +410,7 @@ rc_trigger_late (struct rc_trigger_env *env, struct rc_trigger *t,
                  pthread_mutex_t *lock)
 {
   const struct ra_params *p = env->params;
+  struct rc_cong_load asked = { .executing = 0 };
   ra_pgoff m, reads;
   void *user;
   int ignored;
@@ -341,9 +422,9 @@ rc_trigger_late (struct rc_trigger_env *env, struct rc_trigger *t,
   reads = (t->ra->ad.cap + p->io_max - 1) / p->io_max;
   if (lock)
     RELEASE_LOCK (lock);
+  asked.new_reads = (unsigned) reads;
   if (m == RA_NO_MARKER ||
-      env->ops->congestion (env->opaque, RC_CONG_EARLY, (unsigned) reads, 0)
-      != RC_CONG_GO ||
+      env->ops->congestion (env->opaque, RC_CONG_EARLY, &asked) != RC_CONG_GO ||
       !env->cache_ops->take_marker (env->cache, m))
     return false;
   STAT_ADD (env->st, adapt_early_triggers, 1);

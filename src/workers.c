@@ -19,17 +19,14 @@
 
 enum rc_cong_answer
 rc_congestion (struct rc_cache *c, enum rc_cong_question q,
-               unsigned n, uint64_t client_bytes)
+               const struct rc_cong_load *asked)
 {
-  struct rc_cong_load l = {
-    .executing = atomic_load (&c->executing),
-    .queued = atomic_load (&c->q.queued),
-    .new_reads = q == RC_CONG_EARLY ? n : 0,
-    .client_reads = q == RC_CONG_WINDOW ? n : 0,
-    .client_bytes = client_bytes,
-    .window_bytes = c->cfg.ra_max / 2,
-  };
+  struct rc_cong_load l = *asked;
 
+  l.executing = atomic_load (&c->executing);
+  l.queued = atomic_load (&c->q.queued);
+  l.all_client_bytes = atomic_load (&c->client_bytes_reading);
+  l.window_bytes = c->params.io_max << c->params.page_shift;
   return rc_cong_decide (&c->cong, q, &l);
 }
 

@@ -29,8 +29,10 @@
  *  - queueing delay: the smoothed latency above base of the clients'
  *    own (sync) reads: what speculation costs them;
  *  - bandwidth-delay product: the largest delivery rate seen (the bytes
- *    in flight when a read was issued, delivered in its latency: Little's
- *    law) times the smallest base latency.
+ *    delivered while a read ran, in its latency, as BBR measures it;
+ *    without that count, the bytes in flight when it was issued: Little's
+ *    law, which overstates the rate of a read that passed others) times
+ *    the smallest base latency.
  *
  * The decision (rc_cong_decide) answers these questions about
  * speculation (async reads; a client's sync reads are never held back):
@@ -47,12 +49,20 @@
  *    after its sync part has been read (src/cache.c, issue_batches).
  *  - RC_CONG_WINDOW: may a client's trigger have a window beyond its
  *    request at all?  With learning, not when the client keeps several
- *    reads in flight whose bytes already cover the backend's
- *    bandwidth-delay product (when known) and half the largest window
- *    (ra-max / 2, window_bytes): its async part would only share the
- *    backend with them (COVERED).  Such a
- *    client (qemu-img convert: 8 reads of 2 MiB) keeps the pipe full by
- *    itself; a client of one read at a time never does.
+ *    reads in flight, at least window_bytes of them (one largest
+ *    backend read, ra-io-max), while its own reads in flight cover the
+ *    backend's bandwidth-delay product (when known), or all clients'
+ *    reads together cover half of it: its async part would only share
+ *    the backend with them (COVERED).  Half, because where no bandwidth
+ *    bounds the backend the product measured is what was in flight,
+ *    speculation included: against the whole of it, speculation once
+ *    started would keep itself going.  Such clients (qemu-img convert: 8 reads of
+ *    2 MiB; nbdcopy's connections, each with a few 256 KiB reads, that
+ *    together fill the pipe) keep it full by themselves; a client of one
+ *    read at a time never does.  A client covered at its last trigger
+ *    stays so down to half those bytes: its depth varies from read to
+ *    read, and every uncovered trigger of a deep client starts a window
+ *    of speculation it does not need.
  *  - RC_CONG_KEEP / RC_CONG_EARLY: may a window just decided keep its
  *    async part (KEEP, at submit; with ra-congestion=skip the fixed
  *    threshold of reads running and queued drops it, as the kernel's
@@ -102,6 +112,9 @@ struct rc_cong_sample {
   unsigned inflight;            /* backend reads running when it was
                                  * issued, itself included ... */
   uint64_t inflight_bytes;      /* ... and their bytes (0: unknown) */
+  uint64_t delivered_bytes;     /* bytes of all the reads that completed
+                                 * while it ran, itself included (0:
+                                 * unknown: inflight_bytes stands in) */
   bool sync;                    /* a client waited for it */
 };
 
@@ -113,7 +126,13 @@ struct rc_cong_load {
   unsigned client_reads;        /* WINDOW: the reads the client keeps in
                                  * flight ... */
   uint64_t client_bytes;        /* ... and their bytes */
-  uint64_t window_bytes;        /* WINDOW: half the largest window */
+  uint64_t all_client_bytes;    /* WINDOW: the bytes of every client's
+                                 * reads in progress (0: unknown) */
+  uint64_t window_bytes;        /* WINDOW: the least a covered client
+                                 * keeps in flight (one ra-io-max) */
+  bool covered;                 /* WINDOW: the client was covered at its
+                                 * last trigger (it stays so down to half
+                                 * of what it takes to become so) */
 };
 
 enum rc_cong_question {

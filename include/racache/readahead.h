@@ -101,6 +101,8 @@ struct ra_state {
   bool prev_valid;      /* false until the first read completes */
   struct ra_adapt ad;   /* adaptive mode only */
   struct ra_near near;  /* adaptive mode only */
+  bool covered;         /* its last trigger found the client's own reads
+                         * covering the backend (src/trigger.c) */
 };
 
 /* Engine parameters.  Sizes in pages except where said. */

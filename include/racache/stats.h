@@ -108,7 +108,8 @@
   X (COUNTER, direct_reads, RC_FIELD (direct_reads), -1, 0,             \
      "Reads served around a full cache.")                               \
   X (COUNTER, read_around_pages, RC_FIELD (read_around_pages), -1, 0,   \
-     "Pages a covered client read around the cache.")                   \
+     "Pages read around the cache, for covered clients and dropped "     \
+     "async parts.")                                                    \
   X (COUNTER, evictions, RC_FIELD (evictions), -1, 0,                   \
      "Pages evicted to make room.")                                     \
   X (COUNTER, invalidated_pages, RC_FIELD (invalidated_pages), -1, 0,   \

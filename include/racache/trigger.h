@@ -72,19 +72,21 @@ struct rc_trigger_ops {
    */
   uint64_t (*now_ns) (void *opaque);
   bool (*model) (void *opaque, double *lat_ns, double *page_ns);
-  /* THE congestion decision over the user's reads (racache/congestion.h:
-   * KEEP, EARLY with n more reads, WINDOW with the client's n reads of
-   * client_bytes in flight).
+  /* THE congestion decision (racache/congestion.h) of question q over
+   * the user's reads now; asked: what the trigger knows of the question
+   * (EARLY: new_reads; WINDOW: client_reads, client_bytes, covered), the
+   * user fills in the rest.
    */
   enum rc_cong_answer (*congestion) (void *opaque, enum rc_cong_question q,
-                                     unsigned n, uint64_t client_bytes);
+                                     const struct rc_cong_load *asked);
   /* Optional: false while nobody could read an async part (no
    * background connection): it is dropped.
    */
   bool (*ready) (void *opaque);
-  /* Optional: read around the cache.  around_ok (under the stream's
-   * lock) says whether a covered client's request-only window t->w can
-   * be one backend read into its buffer; around then reads it (after).
+  /* Optional: read around the cache.  When the trigger would read the
+   * request t->rd and nothing more (src/trigger.c, read_around), around_ok
+   * (under the stream's lock) says whether it can be one backend read
+   * into the client's buffer; around then reads it (after).
    */
   bool (*around_ok) (void *opaque, const struct rc_trigger *t);
   int (*around) (void *opaque, struct rc_trigger *t, int *err);

@@ -846,6 +846,82 @@ START_TEST (test_async_beside_others_sync)
 }
 END_TEST
 
+/* A window whose async part may not be kept (the threshold of reads in
+ * flight is reached: here 1, by another stream's held read) reads just
+ * the client's request, around the cache: no page is made for it, the
+ * stream state shrinks by the dropped part, and the next read goes on
+ * sequentially.
+ */
+START_TEST (test_drop_reads_around)
+{
+  const uint64_t P = 4096;
+  struct rc_cache *c;
+  struct rc_stream *s, *other;
+  struct bg_read b;
+
+  struct fake *f = bed_fake (4 * MiB);
+  c = mk_cache (f, OPTS (.thresh = 1));
+  s = rc_stream_new ();
+  other = rc_stream_new ();
+  fake_set_gate (f, true, 1 * MiB, 1 * MiB + P);
+  bg_read_start (&b, c, other, f, 1 * MiB, P);
+  ck_assert (fake_wait_blocked (f, 1));
+  RD_OK (c, s, f, 0, 16 * P);
+  ck_assert_uint_eq (ST (c, read_around_pages), 16);
+  ck_assert_uint_ge (ST (c, async_skipped), 1);
+  ck_assert (!cached (c, 0) && !cached (c, 15) && !cached (c, 16));
+  fake_set_gate (f, false, 0, 0);
+  bg_read_join (&b);
+  ck_assert_int_eq (b.r, 0);
+  free (b.buf);
+  RD_OK (c, s, f, 16 * P, 16 * P);
+  ASSERT_IDLE (c);
+  ck_assert_uint_eq (ST (c, windows[RA_G_RANDOM]), 1);   /* the other's */
+  rc_stream_free (s);
+  rc_stream_free (other);
+}
+END_TEST
+
+/* A deep sequential client's read that arrives ahead of the stream's
+ * position (the server's threads race) is decided as random (branch G)
+ * but lies within the stream's reads in flight: it is no random reader
+ * waiting, and another stream does not yield to it.
+ */
+START_TEST (test_reordered_no_yield)
+{
+  const uint64_t P = 4096;
+  struct rc_cache *c;
+  struct rc_stream *s, *s2;
+  struct bg_read b0, b1;
+
+  struct fake *f = bed_fake (8 * MiB);
+  /* Reads of 512K, more than the stream keeps in flight: not covered. */
+  c = mk_cache (f, OPTS (.io_max = 512 * KiB));
+  s = rc_stream_new ();
+  s2 = rc_stream_new ();
+  fake_set_gate (f, true, 0, 16 * P);
+  bg_read_start (&b0, c, s, f, 0, 16 * P);       /* held */
+  ck_assert (fake_wait_blocked (f, 1));
+  bg_read_start (&b1, c, s, f, 16 * P, 16 * P);  /* waits for it (and
+                                                   reads ahead to 64) */
+  sleep_ns (100000000);
+  RD_OK (c, s, f, 80 * P, 16 * P);               /* ahead: branch G */
+  ck_assert_uint_eq (ST (c, windows[RA_G_RANDOM]), 1);
+  RD_OK (c, s2, f, 4 * MiB, 16 * P);             /* another stream */
+  ck_assert_uint_eq (ST (c, windows_yielded), 0);
+  fake_set_gate (f, false, 0, 0);
+  bg_read_join (&b0);
+  bg_read_join (&b1);
+  ck_assert_int_eq (b0.r, 0);
+  ck_assert_int_eq (b1.r, 0);
+  free (b0.buf);
+  free (b1.buf);
+  ASSERT_IDLE (c);
+  rc_stream_free (s);
+  rc_stream_free (s2);
+}
+END_TEST
+
 /* More clients wait for pages of a window's async part than the 16 a
  * fixed list once held, all before the part's jobs are queued (they are
  * queued once the window's sync part is read, held here at the gate):
@@ -2219,6 +2295,8 @@ cache_suite (void)
   tcase_add_test (tc, test_async_beside_others_sync);
   tcase_add_test (tc, test_yield_to_random);
   tcase_add_test (tc, test_promote_many);
+  tcase_add_test (tc, test_drop_reads_around);
+  tcase_add_test (tc, test_reordered_no_yield);
   tcase_add_test (tc, test_promote_not_stale);
   tcase_set_timeout (tc, 120);
   suite_add_tcase (s, tc);

@@ -348,6 +348,30 @@ START_TEST (test_decide_rules)
   l.window_bytes = 4 << 20;
   l.client_bytes = 6 << 20;     /* ra-max, but below the BDP */
   ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l), RC_CONG_GO);
+  /* ... unless the clients' reads together cover it (a copy tool's
+   * connections, each with a few reads in flight).
+   */
+  l.all_client_bytes = UINT64_C (12) << 20;
+  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l), RC_CONG_COVERED);
+  /* Half the BDP is enough for them together (the BDP measured
+   * includes speculation in flight), not less.
+   */
+  l.all_client_bytes = 5 << 20;
+  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l), RC_CONG_COVERED);
+  l.all_client_bytes = 3 << 20;
+  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l), RC_CONG_GO);
+  l.all_client_bytes = UINT64_C (12) << 20;
+  l.client_bytes = 2 << 20;     /* but this one keeps too little */
+  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l), RC_CONG_GO);
+  /* ... unless it was covered at its last trigger: half is enough to
+   * stay so (not less).
+   */
+  l.covered = true;
+  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l), RC_CONG_COVERED);
+  l.client_bytes = 1 << 20;
+  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l), RC_CONG_GO);
+  l.covered = false;
+  l.all_client_bytes = 0;
   /* The threshold stays an upper bound in adaptive mode. */
   l.executing = 9;
   ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_ISSUE, &l), RC_CONG_HOLD_ESTIMATE);
@@ -363,6 +387,38 @@ START_TEST (test_decide_rules)
 }
 END_TEST
 
+/* The delivery rate is the bytes delivered while a read ran, when the
+ * caller counts them: a read issued behind 8 MiB in flight that
+ * completes in 1 ms after 1 MiB was delivered is 1 GB/s, not 8.
+ */
+START_TEST (test_bdp_delivered)
+{
+  struct rc_cong a, b;
+  struct rc_cong_sample s = { 0 };
+  struct rc_cong_estimate ea, eb;
+  unsigned i;
+
+  rc_cong_init (&a, 9, true, false);
+  rc_cong_init (&b, 9, true, false);
+  for (i = 0; i < 16; i++) {
+    s.start_ns = i * 10 * MS;
+    s.end_ns = s.start_ns + MS;
+    s.bytes = 256 << 10;
+    s.inflight = 8;
+    s.inflight_bytes = 8 << 20;
+    s.delivered_bytes = 0;
+    rc_cong_sample (&a, &s);
+    s.delivered_bytes = 1 << 20;
+    rc_cong_sample (&b, &s);
+  }
+  rc_cong_get (&a, &ea);
+  rc_cong_get (&b, &eb);
+  /* 8 MiB in 1 ms for 1 ms; 1 MiB in 1 ms for 1 ms. */
+  ck_assert_uint_eq (ea.bdp_bytes, 8 << 20);
+  ck_assert_uint_eq (eb.bdp_bytes, 1 << 20);
+}
+END_TEST
+
 static Suite *
 congestion_suite (void)
 {
@@ -373,6 +429,7 @@ congestion_suite (void)
   tcase_add_test (tc, test_slows_under_load);
   tcase_add_test (tc, test_fast_never_congested);
   tcase_add_test (tc, test_decide_rules);
+  tcase_add_test (tc, test_bdp_delivered);
   suite_add_tcase (s, tc);
   return s;
 }

@@ -206,13 +206,13 @@ static const struct rc_trigger_cache_ops sim_cache_ops = {
  * reads the test says are in flight.
  */
 static enum rc_cong_answer
-sim_congestion (void *opaque, enum rc_cong_question q, unsigned n,
-                uint64_t client_bytes)
+sim_congestion (void *opaque, enum rc_cong_question q,
+                const struct rc_cong_load *asked)
 {
   struct sim *s = opaque;
   struct rc_cong_load load = { .executing = s->inflight };
 
-  (void) n; (void) client_bytes;
+  (void) asked;
   return q == RC_CONG_KEEP ? rc_cong_decide (&s->cong, q, &load)
     : RC_CONG_GO;
 }
