@@ -3,7 +3,11 @@
 #
 # For every backend (rows) and front configuration (columns), two fresh
 # servers, and two readers at the same time for DURATION seconds:
-#   sequential  ra-bench seq, 64 KiB, depth 1 (a bulk copy)
+#   sequential  ra-bench seq, 64 KiB, depth 1 (a bulk copy); with
+#               NEIGHBOUR=nbdcopy, nbdcopy with its defaults copying the
+#               export to null: (a copy tool: several connections, many
+#               reads in flight; stopped after DURATION, its MB/s from
+#               the backend's stats filter)
 #   random      ra-bench random, 4 KiB, depth RANDOM_DEPTH (a VM's I/O)
 # The table gives the random reader's p50/p99 latency (ms) and the
 # sequential reader's MB/s, then for each ra-cache column the random p99
@@ -46,6 +50,7 @@
 # Usage: bench/congestion.sh   (env: BACKENDS ["t1 t2 t4 t16 rate"],
 #        CONFIGS ["plain ra-off fixed learned"], RDELAY [3ms], RATE [400M],
 #        DURATION [6], REPEAT [3], RANDOM_DEPTH [1], SPREAD [16],
+#        NEIGHBOUR [seq; or nbdcopy],
 #        SMALL_IO [256K], BUILD [build],
 #        FILTER_BASE, RA_CACHE_ARGS, RESULTS [a TSV file of every run])
 # About DURATION + 3 s per run: 7 minutes with the defaults.
@@ -61,6 +66,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 : "${DURATION:=6}"
 : "${REPEAT:=3}"
 : "${RANDOM_DEPTH:=1}"
+: "${NEIGHBOUR:=seq}"
 : "${SPREAD:=16}"
 : "${SMALL_IO:=256K}"
 : "${RA_CACHE_ARGS:=}"
@@ -109,10 +115,11 @@ printf '%-7s %-8s %9s %9s %9s %8s %8s %6s %8s\n' backend config "rand p50" "rand
 declare -A p99 seq p50s p99s seqs extra
 for be in $BACKENDS; do
   case "$be" in
-    t[0-9]*) bargs=(-t "${be#t}" --filter=delay pattern 8G rdelay="$RDELAY") ;;
-    rate) bargs=(-t 16 --filter=rate --filter=delay pattern 8G rdelay="$RDELAY" rate="$RATE") ;;
+    t[0-9]*) bargs=(-t "${be#t}" --filter=stats --filter=delay pattern 8G rdelay="$RDELAY") ;;
+    rate) bargs=(-t 16 --filter=stats --filter=rate --filter=delay pattern 8G rdelay="$RDELAY" rate="$RATE") ;;
     *) bench_die "unknown backend $be" ;;
   esac
+  bargs+=(statsfile="$bench_tmpdir/back.stats" statsappend=false)
   for ((rep = 1; rep <= REPEAT; rep++)); do
   for cfg in $CONFIGS; do
     bench_start back "${bargs[@]}" || bench_die "backend failed"
@@ -129,19 +136,36 @@ for be in $BACKENDS; do
       bench_start front nbd socket="$(bench_sock back)" || bench_die "front failed"
     fi
     uri=$(bench_uri front)
-    timeout $((DURATION + 60)) "$bench" --json -u "$uri" -p seq -s 64K "${seqargs[@]}" -t "$DURATION" \
-      > "$bench_tmpdir/seq.json" &
+    t0=$EPOCHREALTIME
+    if [ "$NEIGHBOUR" = nbdcopy ]; then
+      timeout "$DURATION" nbdcopy "$uri" null: > /dev/null 2>&1 &
+    else
+      timeout $((DURATION + 60)) "$bench" --json -u "$uri" -p seq -s 64K "${seqargs[@]}" -t "$DURATION" \
+        > "$bench_tmpdir/seq.json" &
+    fi
     spid=$!
     timeout $((DURATION + 60)) "$bench" --json -u "$uri" -p random -s 4K -d "$RANDOM_DEPTH" \
       -t "$DURATION" --seed 7 > "$bench_tmpdir/rand.json" &
     rpid=$!
-    wait "$spid" || bench_die "$be $cfg: sequential reader failed"
+    if [ "$NEIGHBOUR" = nbdcopy ]; then
+      wait "$spid" || true        # stopped by its timeout
+    else
+      wait "$spid" || bench_die "$be $cfg: sequential reader failed"
+    fi
     wait "$rpid" || bench_die "$be $cfg: random reader failed"
+    secs=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { print b - a }')
     bench_stop front
     bench_stop back
     p50=$(field "$bench_tmpdir/rand.json" 'd["latency_ms"]["p50"]')
     r99=$(field "$bench_tmpdir/rand.json" 'd["latency_ms"]["p99"]')
-    rseq=$(field "$bench_tmpdir/seq.json" 'd["mb_per_s"]')
+    if [ "$NEIGHBOUR" = nbdcopy ]; then
+      # Everything the backend read, the random reader's 4K reads too
+      # (a few MB), over the run.
+      rseq=$(awk -v b="$(bench_stats_read_bytes "$bench_tmpdir/back.stats")" \
+               -v s="$secs" 'BEGIN { printf "%.1f\n", b / s / 1e6 }')
+    else
+      rseq=$(field "$bench_tmpdir/seq.json" 'd["mb_per_s"]')
+    fi
     p50s[$be.$cfg]+=" $p50"; p99s[$be.$cfg]+=" $r99"; seqs[$be.$cfg]+=" $rseq"
     sk=- held=- slots=- qd=-
     if [ -n "$stats" ]; then
@@ -178,5 +202,7 @@ for be in $BACKENDS; do
   done
 done
 echo "(backends: nbdkit -t N --filter=delay pattern 8G rdelay=$RDELAY; rate: -t 16" \
-     "--filter=rate rate=$RATE; readers: ra-bench seq 64K d1 and random 4K" \
+     "--filter=rate rate=$RATE; readers: $([ "$NEIGHBOUR" = nbdcopy ] &&
+       echo "nbdcopy (seq MB/s: all the backend read)" ||
+       echo "ra-bench seq 64K d1") and random 4K" \
      "d$RANDOM_DEPTH for ${DURATION}s at once; median of $REPEAT runs)"

@@ -1,0 +1,323 @@
+#!/usr/bin/env bash
+# bench/matrix.sh: the copy tools users run, at the distances they run
+# them, in one table: ra-cache beside no filter, KubeVirt CDI's stack
+# (--filter=readahead --filter=retry), readahead+cache and the ceiling.
+#
+#   bench/matrix.sh            # after ./run.sh demo or ./run.sh check built build/
+#   QUICK=1 bench/matrix.sh    # a 3-minute subset
+#
+# Rows: TOOL x DISTANCE.  Tools (TOOLS):
+#   convert-raw    qemu-img convert -f raw -O raw of the raw image (tmpfs out)
+#   convert-qcow2  qemu-img convert -f qcow2 -O raw of a qcow2 image whose
+#                  clusters lie out of guest order (written in shuffled
+#                  1 MiB pieces, as an image written over time), 5/8 data
+#   nbdcopy        nbdcopy URI null: with its defaults (up to 4 connections)
+#   bench64k       qemu-img bench -s 64K -d 1, sequential, the first
+#                  sixteenth of the image
+#   bench1m        qemu-img bench -s 1M -d 1, sequential
+#   fio4           fio (nbd engine), 4 jobs each reading its own quarter
+#                  of the first quarter of the image sequentially in
+#                  128 KiB reads, depth 1
+# Distances (DISTANCES), NAME:DELAY:RATE:SIZE (RATE "-" for none; SIZE
+# the image's, and so the bytes each tool reads):
+#   1ms:1ms:-:1G  10ms:10ms:-:256M  20ms-1G:20ms:1G:128M  50ms-100M:50ms:100M:16M
+# Columns (CONFIGS): plain (no filter), readahead (CDI: --filter=readahead
+# --filter=retry), readahead+cache (--filter=readahead --filter=cache),
+# ra-cache (defaults, plus RA_CACHE_ARGS), ra-cache-base (FILTER_BASE, if
+# named), ceiling (no filter, no delay; the same rate limit).
+#
+# Every cell on fresh servers, both on Unix sockets:
+#   backend: nbdkit -r [--filter=rate rate=RATE burstiness=0.1]
+#            --filter=delay file IMAGE rdelay=DELAY
+#   front:   nbdkit [FILTERS] nbd socket=backend.sock   (under GNU time)
+# Each cell is the median of REPEAT runs (configurations alternated
+# within each repetition); a run's figures: the client's seconds (the
+# whole command) and the front's CPU seconds (user + system).  The table
+# gives, per row, each column's seconds, then ra-cache against the better
+# of plain and readahead (above 1: faster), ra-cache's share of the
+# ceiling (ceiling s / ra-cache s), and the front's CPU per byte against
+# plain's.
+#
+# Environment (defaults in brackets):
+#   QUICK               1: TOOLS="convert-qcow2 nbdcopy bench1m",
+#                       DISTANCES="1ms:1ms:-:512M 20ms-1G:20ms:1G:96M",
+#                       REPEAT=1
+#   TOOLS, DISTANCES, CONFIGS ["plain readahead readahead+cache ra-cache ceiling"]
+#   REPEAT [3]
+#   FILTER [build/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so]
+#   FILTER_BASE []      the filter of ra-cache-base
+#   RA_CACHE_ARGS []    extra ra-cache parameters (both ra-cache columns)
+#   IMAGE_DIR [${XDG_CACHE_HOME:-~/.cache}/ra-cache-bench]   images, made once
+#   OUT_DIR [/dev/shm]  where qemu-img convert writes (tmpfs)
+#   RESULTS []          also write every run as TSV
+#   CLIENT_TIMEOUT [300]
+#
+# About 15 minutes with the defaults on 2 cores.  Exit status 0, or 1 if
+# a run failed (its front server's log is shown).
+
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+top=$(dirname "$here")
+# shellcheck source=bench/lib.sh
+. "$here/lib.sh"
+
+bench_args "$@"
+
+if [ "${QUICK:-}" = 1 ]; then
+  : "${TOOLS:=convert-qcow2 nbdcopy bench1m}"
+  : "${DISTANCES:=1ms:1ms:-:512M 20ms-1G:20ms:1G:96M}"
+  : "${REPEAT:=1}"
+fi
+: "${TOOLS:=convert-raw convert-qcow2 nbdcopy bench64k bench1m fio4}"
+: "${DISTANCES:=1ms:1ms:-:1G 10ms:10ms:-:256M 20ms-1G:20ms:1G:128M 50ms-100M:50ms:100M:16M}"
+: "${CONFIGS:=plain readahead readahead+cache ra-cache ceiling}"
+: "${REPEAT:=3}"
+: "${FILTER:=$top/build/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so}"
+: "${FILTER_BASE:=}"
+: "${RA_CACHE_ARGS:=}"
+: "${IMAGE_DIR:=${XDG_CACHE_HOME:-$HOME/.cache}/ra-cache-bench}"
+: "${OUT_DIR:=/dev/shm}"
+: "${RESULTS:=}"
+: "${PYTHON:=/usr/bin/python3}"
+
+[[ "$REPEAT" =~ ^[1-9][0-9]*$ ]] || bench_die "REPEAT must be a positive integer"
+read -r -a ra_cache_args <<<"$RA_CACHE_ARGS"
+for c in "$NBDKIT" qemu-img qemu-io nbdcopy fio timeout awk "$PYTHON" "$BENCH_TIME"; do
+  command -v "$c" >/dev/null 2>&1 || bench_die "$c is not installed (./run.sh demo installs everything)"
+done
+fio --enghelp=nbd >/dev/null 2>&1 || bench_die "this fio has no nbd engine (ioengine=nbd)"
+for f in delay rate readahead retry cache; do
+  "$NBDKIT" --filter="$f" null --dump-plugin >/dev/null 2>&1 ||
+    bench_die "nbdkit cannot load its $f filter"
+done
+[ -f "$FILTER" ] || bench_die "$FILTER is not built (./run.sh demo builds it)"
+for c in $CONFIGS; do
+  case "$c" in
+    plain|readahead|readahead+cache|ra-cache|ceiling) ;;
+    ra-cache-base) [ -f "$FILTER_BASE" ] ||
+      bench_die "ra-cache-base needs FILTER_BASE (a built filter .so)" ;;
+    *) bench_die "unknown configuration $c" ;;
+  esac
+done
+for t in $TOOLS; do
+  case "$t" in
+    convert-raw|convert-qcow2|nbdcopy|bench64k|bench1m|fio4) ;;
+    *) bench_die "unknown tool $t" ;;
+  esac
+done
+
+outdir=
+cleanup ()
+{
+  bench_cleanup
+  [ -n "$outdir" ] && rm -rf "$outdir"
+  return 0
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+bench_init
+outdir=$(mktemp -d "$OUT_DIR/racache-matrix.XXXXXX")
+mkdir -p "$IMAGE_DIR"
+
+# ---- images (made once per size; fixed seeds: a change here changes "v1") --
+# raw_image SIZE: a raw image of random data.
+raw_image ()
+{
+  local f=$IMAGE_DIR/matrix-$1-v1.raw bytes
+  if [ ! -f "$f" ]; then
+    bytes=$(bench_size_bytes "$1")
+    echo "matrix.sh: making $f (once)" >&2
+    "$PYTHON" - "$f.tmp$$" "$bytes" <<'EOF'
+import random, sys
+path, size = sys.argv[1], int(sys.argv[2])
+rng = random.Random(7)
+with open(path, "wb") as f:
+    for _ in range(size >> 20):
+        f.write(rng.randbytes(1 << 20))
+EOF
+    mv "$f.tmp$$" "$f"
+  fi
+  echo "$f"
+}
+
+# qcow2_image SIZE: a qcow2 image of SIZE virtual, 5/8 of it data written
+# in shuffled 1 MiB pieces (so its clusters lie out of guest order).
+qcow2_image ()
+{
+  local f=$IMAGE_DIR/matrix-$1-v1.qcow2 bytes
+  if [ ! -f "$f" ]; then
+    bytes=$(bench_size_bytes "$1")
+    echo "matrix.sh: making $f (once)" >&2
+    qemu-img create -q -f qcow2 "$f.tmp$$" "$bytes"
+    "$PYTHON" - "$bytes" > "$outdir/qemu-io.cmds" <<'EOF'
+import random, sys
+mib = 1 << 20
+n = int(sys.argv[1]) // mib
+rng = random.Random(11)
+pieces = [i for i in range(n) if rng.random() < 0.625]
+rng.shuffle(pieces)
+for i in pieces:
+    print("write -q -P %d %d %d" % (1 + i % 250, i * mib, mib))
+EOF
+    timeout "$CLIENT_TIMEOUT" qemu-io -f qcow2 "$f.tmp$$" < "$outdir/qemu-io.cmds" \
+      > /dev/null || bench_die "cannot make $f"
+    mv "$f.tmp$$" "$f"
+  fi
+  echo "$f"
+}
+
+# ---- the clients: each prints its seconds --------------------------------------
+elapsed ()
+{
+  local t0=$EPOCHREALTIME
+  "$@" >&2 || return 1
+  awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f\n", b - a }'
+}
+
+# tool_bytes TOOL BYTES: what TOOL reads of an image of BYTES: the copy
+# tools all of it, the small-read clients a part (qemu-img bench 64K a
+# sixteenth, fio a quarter), so that the slow columns stay short.
+tool_bytes ()
+{
+  case "$1" in
+    bench64k) echo $(($2 / 16)) ;;
+    fio4) echo $(($2 / 4)) ;;
+    *) echo "$2" ;;
+  esac
+}
+
+client ()
+{
+  local tool=$1 uri=$2 bytes=$3 out=$outdir/out.raw
+  case "$tool" in
+    convert-raw)
+      elapsed timeout "$CLIENT_TIMEOUT" qemu-img convert -f raw -O raw "$uri" "$out"
+      rm -f "$out" ;;
+    convert-qcow2)
+      elapsed timeout "$CLIENT_TIMEOUT" qemu-img convert -f qcow2 -O raw "$uri" "$out"
+      rm -f "$out" ;;
+    nbdcopy)
+      elapsed timeout "$CLIENT_TIMEOUT" nbdcopy "$uri" null: ;;
+    bench64k)
+      bench_qemu_img "$uri" 65536 $((bytes / 65536)) 1 ;;
+    bench1m)
+      bench_qemu_img "$uri" 1048576 $((bytes / 1048576)) 1 ;;
+    fio4)
+      elapsed timeout "$CLIENT_TIMEOUT" fio --name=matrix --ioengine=nbd \
+        --uri="$uri" --rw=read --bs=128k --iodepth=1 --numjobs=4 \
+        --size=$((bytes / 4)) --offset_increment=$((bytes / 4)) \
+        --group_reporting --output=/dev/null ;;
+  esac
+}
+
+# ---- one run -----------------------------------------------------------------
+declare -A runs=()
+failed=0
+
+# run_once TOOL DIST CONFIG IMAGE BYTES DELAY RATE REP
+run_once ()
+{
+  local tool=$1 dist=$2 c=$3 image=$4 bytes=$5 delay=$6 rate=$7 rep=$8
+  local secs cpu
+  local -a back=(-r) front=()
+  [ "$rate" != - ] && back+=(--filter=rate)
+  [ "$c" = ceiling ] && delay=0
+  back+=(--filter=delay file "$image" rdelay="$delay")
+  [ "$rate" != - ] && back+=(rate="$rate" burstiness=0.1)
+  case "$c" in
+    readahead) front=(--filter=readahead --filter=retry) ;;
+    readahead+cache) front=(--filter=readahead --filter=cache) ;;
+    ra-cache) front=(--filter="$FILTER") ;;
+    ra-cache-base) front=(--filter="$FILTER_BASE") ;;
+  esac
+  front+=(nbd socket="$(bench_sock back)")
+  [[ "$c" = ra-cache* ]] && front+=("${ra_cache_args[@]}")
+  if ! bench_start back "${back[@]}" || ! bench_start_timed front "${front[@]}"; then
+    bench_stop_all
+    failed=1
+    return 1
+  fi
+  if ! bench_client "$bench_tmpdir/result" client "$tool" "$(bench_uri front)" "$bytes"; then
+    bench_stop_all
+    echo "matrix.sh: $tool $dist $c FAILED; front server log:" >&2
+    tail -n 20 "$bench_tmpdir/front.log" | sed 's/^/    /' >&2
+    failed=1
+    return 1
+  fi
+  bench_stop front
+  bench_stop back
+  read -r cpu _ _ _ < <(bench_rusage front)
+  secs=$(cat "$bench_tmpdir/result")
+  runs["$tool $dist $c"]+="$secs $cpu"$'\n'
+  printf '%-14s %-10s %-16s %8s s %6s CPU s\n' "$tool" "$dist" "$c" "$secs" "$cpu" >&2
+  [ -n "$RESULTS" ] &&
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$tool" "$dist" "$c" "$rep" "$secs" "$cpu" >> "$RESULTS"
+  return 0
+}
+
+[ -n "$RESULTS" ] && printf 'tool\tdistance\tconfig\trun\tseconds\tfront_cpu_s\n' > "$RESULTS"
+t_all=$SECONDS
+for d in $DISTANCES; do
+  IFS=: read -r dname delay rate size <<<"$d"
+  bytes=$(bench_size_bytes "$size")
+  for tool in $TOOLS; do
+    if [ "$tool" = convert-qcow2 ]; then image=$(qcow2_image "$size")
+    else image=$(raw_image "$size"); fi
+    # In the host's page cache before the first run, as for the others.
+    cat "$image" > /dev/null
+    for ((rep = 1; rep <= REPEAT; rep++)); do
+      for c in $CONFIGS; do
+        run_once "$tool" "$dname" "$c" "$image" "$(tool_bytes "$tool" "$bytes")" \
+          "$delay" "$rate" "$rep" || true
+      done
+    done
+  done
+done
+
+# ---- the table ---------------------------------------------------------------
+median ()
+{
+  printf '%s' "${runs[$1]:-}" | bench_median_line 1
+}
+
+echo
+echo "Copy tools x distances: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $("$NBDKIT" --version), $(qemu-img --version | head -n 1), nbdcopy $(nbdcopy --version | head -n 1 | awk '{print $2}')"
+echo "backend: nbdkit -r [--filter=rate rate=RATE burstiness=0.1] --filter=delay file IMAGE rdelay=DELAY; front: nbdkit [FILTERS] nbd; Unix sockets, fresh servers per run"
+echo "ra-cache: $FILTER${RA_CACHE_ARGS:+ $RA_CACHE_ARGS}${FILTER_BASE:+; ra-cache-base: $FILTER_BASE}"
+echo "seconds: median of $REPEAT; vs best: the better of plain and readahead / ra-cache (above 1: faster); of ceiling: ceiling s / ra-cache s; CPU: the front's CPU s, ra-cache / plain"
+echo
+hdr="| tool | distance |"
+sep="|---|---|"
+for c in $CONFIGS; do hdr+=" $c s |"; sep+="---:|"; done
+echo "$hdr ra-cache vs best | ra-cache of ceiling | CPU ra-cache / plain |"
+echo "$sep---:|---:|---:|"
+for d in $DISTANCES; do
+  IFS=: read -r dname _ _ _ <<<"$d"
+  for tool in $TOOLS; do
+    row="| $tool | $dname |"
+    declare -A s=() cpu=()
+    for c in $CONFIGS; do
+      m=$(median "$tool $dname $c")
+      if [ -n "$m" ]; then read -r s[$c] cpu[$c] <<<"$m"; row+=" ${s[$c]} |"
+      else row+=" FAIL |"; fi
+    done
+    best=
+    for c in plain readahead; do
+      [ -n "${s[$c]:-}" ] || continue
+      if [ -z "$best" ] || awk -v a="${s[$c]}" -v b="$best" 'BEGIN { exit !(a < b) }'; then
+        best=${s[$c]}
+      fi
+    done
+    row+=" $(bench_ratio "${best:-}" "${s[ra-cache]:-}" 2) |"
+    row+=" $(bench_ratio "${s[ceiling]:-}" "${s[ra-cache]:-}" 2) |"
+    row+=" $(bench_ratio "${cpu[ra-cache]:-}" "${cpu[plain]:-}" 2) |"
+    echo "$row"
+    unset s cpu
+  done
+done
+echo
+echo "matrix.sh: $((SECONDS - t_all)) s"
+exit "$failed"
