@@ -214,7 +214,7 @@ struct client_read {
   struct rc_stream *s;
   void *ctx;
   char *buf;                    /* NULL: no client buffer (NBD_CMD_CACHE) */
-  ra_pgoff again_page;          /* see rc_pc_access's again */
+  ra_pgoff again_page;          /* see rc_pc_page_read's again */
   struct rc_promotion pr;       /* while it waits for a page in flight */
 };
 
@@ -449,12 +449,20 @@ cr_access (void *opaque, struct rc_read *rd, ra_pgoff index, uint64_t from,
 {
   struct client_read *cr = opaque;
   uint64_t page_start = index << cr->c->params.page_shift;
+  struct rc_pc_page_read pgr = {
+    .index = index,
+    .dst = cr->buf + (from - rd->offset),
+    .off = (uint32_t) (from - page_start),
+    .len = (uint32_t) (to - from),
+    .again = index == cr->again_page,
+    .before_wait = promote,
+    .arg = cr,
+  };
   enum rc_access r;
 
-  r = rc_pc_access (cr->c->pc, index, cr->buf + (from - rd->offset),
-                    (uint32_t) (from - page_start),
-                    (uint32_t) (to - from), index == cr->again_page,
-                    promote, cr, waited, waited_ahead);
+  r = rc_pc_access (cr->c->pc, &pgr);
+  *waited = pgr.waited;
+  *waited_ahead = pgr.waited_ahead;
   rc_promote_end (cr->c, &cr->pr);
   return r;
 }

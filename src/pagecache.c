@@ -1,4 +1,16 @@
-/* ra-cache: the page cache (see include/racache/pagecache.h). */
+/* ra-cache: the page cache (see include/racache/pagecache.h).
+ *
+ * One concern: the pages themselves.  Here are the sharded page table,
+ * the LRU lists, the arena of page data and its free slots, eviction
+ * and the bound on pages read once (the inactive reserve), and what
+ * windows, backend reads, clients and writes do to pages: insert,
+ * complete, abandon, invalidate, copy out (rc_pc_access,
+ * rc_pc_copy_run), peek and count.  The pages the cache gives back
+ * before eviction would take them (drop-behind, read around) and the
+ * refault history that remembers them are src/pagecache-giveback.c;
+ * what the two files share is src/pagecache-internal.h.  No lock is
+ * held while a caller's callback (before_wait) runs.
+ */
 
 #include <config.h>
 
@@ -9,42 +21,11 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "racache/pagecache.h"
+#include "pagecache-internal.h"
 #include "racache/util.h"
 
-/* Pages of one group share a shard: a window of consecutive pages then
- * takes few locks, and a sequential reader walks one shard at a time.
- */
-#define GROUP_SHIFT 4
+/* Shards at most: a power of two (shard_of masks with nshards - 1). */
 #define MAX_SHARDS 64
-
-enum page_state { PAGE_INFLIGHT = 1, PAGE_UPTODATE = 2 };
-
-enum page_flags {
-  PF_MARKER = 1,   /* the marker: first page of a window's async part */
-  PF_UNUSED = 2,   /* inserted by a window, no client copied from it yet */
-  PF_AHEAD = 8,    /* inserted as part of a window's async part */
-  PF_STALE = 4,    /* a write overlapped the read in flight */
-  PF_KEEP = 16,    /* active once read: read at random (branch G), or
-                    * read again after drop-behind gave it back */
-  PF_NEAR = 32,    /* async part of a near window (branch N): its first
-                    * use is a hit for the owner (rc_pc_take_near_hits) */
-};
-
-/* The list an up to date page is on (in-flight pages are on none). */
-enum page_list { L_NONE = 0, L_UNUSED, L_INACTIVE, L_ACTIVE };
-
-struct page {
-  ra_pgoff index;
-  struct page *hnext;              /* hash chain */
-  struct page *lprev, *lnext;      /* LRU list, when up to date */
-  uint64_t stamp;                  /* shard tick when last put on a list */
-  uint8_t state;
-  uint8_t flags;
-  uint8_t list;                    /* enum page_list */
-  uint16_t owner;                  /* stream that read it ahead, 0 = none */
-  char *data;
-};
 
 /* Page data lives in one arena of capacity pages, reserved (not
  * touched) when the cache is made and madvised MADV_HUGEPAGE so that the
@@ -60,99 +41,14 @@ struct page {
 
 /* Drop-behind has two parts.  A client read gives back, for reuse, the
  * pages a client read once that lie RC_PC_BEHIND_BYTES behind it
- * (rc_pc_drop_behind: the pages behind a stream, in the order it read
- * them).  And whatever leaves pages read once in the cache (a stream
- * that stopped, unaligned reads) is bounded: with more than this many
- * bytes of them cached (half the cache at most, and more than a
- * stream keeps behind it), the oldest of a shard's go when a page of
- * that shard is read once.
+ * (rc_pc_drop_behind in src/pagecache-giveback.c: the pages behind a
+ * stream, in the order it read them).  And whatever leaves pages read
+ * once in the cache (a stream that stopped, unaligned reads) is bounded
+ * here (drop_behind): with more than this many bytes of them cached
+ * (half the cache at most, and more than a stream keeps behind it), the
+ * oldest of a shard's go when a page of that shard is read once.
  */
 #define INACTIVE_RESERVE_BYTES (UINT64_C (8) << 20)
-
-/* Bits of the refault history (struct rc_pagecache's refault). */
-#define REFAULT_BITS (UINT64_C (1) << 20)
-
-
-struct lru {
-  struct page head;                /* circular list sentinel */
-};
-
-struct shard {
-  pthread_mutex_t lock;
-  pthread_cond_t ready;            /* a page left the in-flight state */
-  struct page **buckets;
-  size_t bucket_mask;
-  /* Up to date pages, most recently used at the head of each list:
-   * unused: inserted by a window, no client has read them yet;
-   * inactive: read once by a client (a stream's pages behind it);
-   * active: read again, read at random (branch G), or forced in by
-   * NBD_CMD_CACHE: the data that earns its place in memory.
-   */
-  struct lru unused, inactive, active;
-  size_t count, capacity;
-  size_t inflight;
-  uint64_t tick;                   /* counts list insertions: page age */
-  unsigned waiters;
-} __attribute__ ((aligned (64)));
-
-struct rc_pagecache {
-  uint32_t page_size;
-  unsigned page_shift;
-  unsigned nshards;
-  ra_pgoff nr_pages;
-  uint64_t total_capacity;         /* pages, all shards */
-  struct rc_stats *stats;
-  struct shard *shards;
-  uint64_t inactive_reserve;       /* pages (drop-behind) */
-  uint64_t behind_pages;           /* RC_PC_BEHIND_BYTES in pages */
-  /* Refault detection: a bit per (hashed) group of pages that
-   * drop-behind gave back.  A page inserted again in such a group is
-   * data read again, which earns its place: it is kept as active once
-   * read.  Cleared when refault_limit bits are set, so that false hits
-   * stay rare (below refault_limit / REFAULT_BITS).
-   */
-  _Atomic uint64_t *refault;
-  _Atomic uint64_t refault_set;
-  uint64_t refault_limit;
-  _Atomic uint64_t n_inactive;     /* pages on the inactive lists */
-  /* Memory, shared by the shards (mem_lock, taken inside a shard lock):
-   * the arena of page data, a bit per slot (set: free), the lowest word
-   * that may have a free bit, the slots touched so far (the highest
-   * slot ever taken, plus one), and the page structs kept for reuse.
-   */
-  pthread_mutex_t mem_lock;
-  char *arena;                     /* NULL: no data (rc_pc_new_nodata) */
-  size_t arena_len;
-  uint64_t *free_slots;
-  size_t free_words, free_hint;
-  uint64_t data_pages;
-  struct page *spare;
-  _Atomic uint64_t markers;        /* pages carrying the marker now */
-  /* Per stream (owner): its read-ahead pages evicted unused, not yet
-   * taken by rc_pc_take_wasted.
-   */
-  _Atomic uint32_t wasted[RC_PC_OWNERS];
-  /* Per stream (owner): pages of its near windows' async parts that a
-   * client used, not yet taken by rc_pc_take_near_hits.
-   */
-  _Atomic uint32_t near_hits[RC_PC_OWNERS];
-};
-
-static inline struct shard *
-shard_of (struct rc_pagecache *pc, ra_pgoff index)
-{
-  uint64_t g = index >> GROUP_SHIFT;
-
-  g *= UINT64_C (0x9E3779B97F4A7C15);   /* spread groups over shards */
-  return &pc->shards[(g >> 32) & (pc->nshards - 1)];
-}
-
-static inline size_t
-bucket_of (struct shard *s, ra_pgoff index)
-{
-  return (size_t) ((index * UINT64_C (0x9E3779B97F4A7C15)) >> 20)
-    & s->bucket_mask;
-}
 
 static void
 lru_init (struct lru *l)
@@ -306,16 +202,7 @@ pc_new (uint64_t cache_size, uint32_t page_size, struct rc_stats *stats,
   pc->inactive_reserve = INACTIVE_RESERVE_BYTES / page_size;
   if (pc->inactive_reserve > total_pages / 2)
     pc->inactive_reserve = total_pages / 2;
-  /* The refault history covers four times the cache (in groups). */
-  pc->refault = calloc (REFAULT_BITS / 64, sizeof *pc->refault);
-  pc->refault_limit = 4 * (total_pages >> GROUP_SHIFT);
-  if (pc->refault_limit < 1024)
-    pc->refault_limit = 1024;
-  if (pc->refault_limit > REFAULT_BITS / 16)
-    pc->refault_limit = REFAULT_BITS / 16;
-  pc->behind_pages = RC_PC_BEHIND_BYTES / page_size;
-  if (pc->behind_pages > total_pages / 4)
-    pc->behind_pages = total_pages / 4;
+  rc_pc_giveback_init (pc, total_pages);
   return pc;
 }
 
@@ -381,18 +268,6 @@ rc_pc_page_size (const struct rc_pagecache *pc)
   return pc->page_size;
 }
 
-/* Called with s->lock held. */
-static struct page *
-lookup (struct shard *s, ra_pgoff index)
-{
-  struct page *p;
-
-  for (p = s->buckets[bucket_of (s, index)]; p; p = p->hnext)
-    if (p->index == index)
-      return p;
-  return NULL;
-}
-
 /* Take the marker off p (which carries it).  Called with its shard's
  * lock held.
  */
@@ -413,8 +288,9 @@ slot_free (struct rc_pagecache *pc, size_t slot)
 }
 
 /* Remove p from the shard and free it.  Called with s->lock held. */
-static void
-remove_page (struct rc_pagecache *pc, struct shard *s, struct page *p)
+void
+rc_pc_remove_page (struct rc_pagecache *pc, struct shard *s,
+                   struct page *p)
 {
   struct page **pp = &s->buckets[bucket_of (s, p->index)];
 
@@ -440,45 +316,6 @@ remove_page (struct rc_pagecache *pc, struct shard *s, struct page *p)
   RELEASE_LOCK (&pc->mem_lock);
 }
 
-static inline uint64_t
-refault_bit (ra_pgoff index)
-{
-  return ((index >> GROUP_SHIFT) * UINT64_C (0x9E3779B97F4A7C15)) >> 44;
-}
-
-/* Drop-behind gave page index back. */
-static void
-refault_mark (struct rc_pagecache *pc, ra_pgoff index)
-{
-  uint64_t b = refault_bit (index), m = UINT64_C (1) << (b & 63);
-  uint64_t old;
-  size_t i;
-
-  if (!pc->refault)
-    return;
-  old = atomic_fetch_or_explicit (&pc->refault[b >> 6], m,
-                                  memory_order_relaxed);
-  if ((old & m) == 0 &&
-      atomic_fetch_add_explicit (&pc->refault_set, 1, memory_order_relaxed)
-      + 1 >= pc->refault_limit) {
-    /* Forget the history (racing marks may survive: harmless). */
-    for (i = 0; i < REFAULT_BITS / 64; i++)
-      atomic_store_explicit (&pc->refault[i], 0, memory_order_relaxed);
-    atomic_store_explicit (&pc->refault_set, 0, memory_order_relaxed);
-  }
-}
-
-/* Was page index's group given back by drop-behind lately? */
-static bool
-refault_test (struct rc_pagecache *pc, ra_pgoff index)
-{
-  uint64_t b = refault_bit (index);
-
-  return pc->refault &&
-    (atomic_load_explicit (&pc->refault[b >> 6], memory_order_relaxed)
-     & (UINT64_C (1) << (b & 63))) != 0;
-}
-
 /* Drop-behind: with more pages read once cached than the reserve, give
  * the oldest of this shard's back for reuse.  Called with s->lock held,
  * after a page moved to the inactive list.
@@ -493,8 +330,8 @@ drop_behind (struct rc_pagecache *pc, struct shard *s)
     return;
   p = lru_oldest (&s->inactive);
   if (p) {
-    refault_mark (pc, p->index);
-    remove_page (pc, s, p);
+    rc_pc_refault_mark (pc, p->index);
+    rc_pc_remove_page (pc, s, p);
     STAT_ADD (pc->stats, evictions, 1);
   }
 }
@@ -535,7 +372,7 @@ evict_one (struct rc_pagecache *pc, struct shard *s)
     victim = active;
   if (!victim)
     return false;               /* everything is in flight */
-  remove_page (pc, s, victim);
+  rc_pc_remove_page (pc, s, victim);
   STAT_ADD (pc->stats, evictions, 1);
   return true;
 }
@@ -606,7 +443,8 @@ rc_pc_insert (struct rc_pagecache *pc, ra_pgoff index, bool marker,
     | (kind == RC_INSERT_AHEAD || kind == RC_INSERT_NEAR ? PF_AHEAD : 0)
     | (kind == RC_INSERT_NEAR ? PF_NEAR : 0)
     | (kind == RC_INSERT_RANDOM ||
-       (kind != RC_INSERT_FORCED && refault_test (pc, index)) ? PF_KEEP : 0);
+       (kind != RC_INSERT_FORCED && rc_pc_refault_test (pc, index))
+       ? PF_KEEP : 0);
   p->list = L_NONE;
   p->owner = (uint16_t) (owner % RC_PC_OWNERS);
   if (marker)
@@ -626,11 +464,12 @@ rc_pc_insert (struct rc_pagecache *pc, ra_pgoff index, bool marker,
 /* Walk pages [start, start + count), calling fn on each with its shard
  * locked; consecutive pages of one shard take the lock once.
  */
-static void
-for_each_page (struct rc_pagecache *pc, ra_pgoff start, ra_pgoff count,
-               void (*fn) (struct rc_pagecache *, struct shard *, ra_pgoff,
-                           void *),
-               void *arg)
+void
+rc_pc_for_each_page (struct rc_pagecache *pc, ra_pgoff start,
+                     ra_pgoff count,
+                     void (*fn) (struct rc_pagecache *, struct shard *,
+                                 ra_pgoff, void *),
+                     void *arg)
 {
   ra_pgoff i = start, end = start + count;
 
@@ -670,7 +509,7 @@ complete_one (struct rc_pagecache *pc, struct shard *s, ra_pgoff i,
   if (!p || p->state != PAGE_INFLIGHT)
     return;                     /* cannot happen: in-flight pages stay */
   if (a->err || (p->flags & PF_STALE)) {
-    remove_page (pc, s, p);
+    rc_pc_remove_page (pc, s, p);
     return;
   }
   if (!pc->arena)
@@ -706,7 +545,7 @@ rc_pc_complete (struct rc_pagecache *pc, ra_pgoff start, ra_pgoff count,
   struct complete_arg a = { .start = start, .buf = buf, .len = len,
                             .err = err };
 
-  for_each_page (pc, start, count, complete_one, &a);
+  rc_pc_for_each_page (pc, start, count, complete_one, &a);
 }
 
 void
@@ -716,7 +555,7 @@ rc_pc_complete_used (struct rc_pagecache *pc, ra_pgoff start,
   struct complete_arg a = { .start = start, .buf = buf, .len = len,
                             .used = true };
 
-  for_each_page (pc, start, count, complete_one, &a);
+  rc_pc_for_each_page (pc, start, count, complete_one, &a);
 }
 
 struct run_arg {
@@ -747,82 +586,8 @@ rc_pc_run_data (struct rc_pagecache *pc, ra_pgoff start, ra_pgoff count)
 
   if (!pc->arena)
     return NULL;
-  for_each_page (pc, start, count, run_one, &a);
+  rc_pc_for_each_page (pc, start, count, run_one, &a);
   return a.data;
-}
-
-static void
-drop_behind_one (struct rc_pagecache *pc, struct shard *s, ra_pgoff i,
-                 void *argv)
-{
-  struct page *p = lookup (s, i);
-
-  if (p && p->list == L_INACTIVE && !(p->flags & PF_MARKER)) {
-    refault_mark (pc, i);
-    remove_page (pc, s, p);
-    STAT_ADD (pc->stats, evictions, 1);
-  }
-}
-
-void
-rc_pc_drop_behind (struct rc_pagecache *pc, ra_pgoff from, ra_pgoff to)
-{
-  if (to > from)
-    for_each_page (pc, from, to - from, drop_behind_one, NULL);
-}
-
-static void
-absent_one (struct rc_pagecache *pc, struct shard *s, ra_pgoff i,
-            void *argv)
-{
-  bool *absent = argv;
-
-  (void) pc;
-  if (*absent && lookup (s, i))
-    *absent = false;
-}
-
-/* The whole groups of [start, start + count): [*from, *to). */
-static bool
-whole_groups (ra_pgoff start, ra_pgoff count, ra_pgoff *from, ra_pgoff *to)
-{
-  ra_pgoff g = (ra_pgoff) 1 << GROUP_SHIFT;
-
-  *from = (start + g - 1) & ~(g - 1);
-  *to = (start + count) & ~(g - 1);
-  return *from < *to;
-}
-
-bool
-rc_pc_read_around_ok (struct rc_pagecache *pc, ra_pgoff start,
-                      ra_pgoff count)
-{
-  bool absent = true;
-  ra_pgoff i, from, to;
-
-  if (whole_groups (start, count, &from, &to))
-    for (i = from; i < to; i += (ra_pgoff) 1 << GROUP_SHIFT)
-      if (refault_test (pc, i))
-        return false;
-  for_each_page (pc, start, count, absent_one, &absent);
-  return absent;
-}
-
-void
-rc_pc_read_around_done (struct rc_pagecache *pc, ra_pgoff start,
-                        ra_pgoff count)
-{
-  ra_pgoff i, from, to;
-
-  if (whole_groups (start, count, &from, &to))
-    for (i = from; i < to; i += (ra_pgoff) 1 << GROUP_SHIFT)
-      refault_mark (pc, i);
-}
-
-ra_pgoff
-rc_pc_behind_pages (const struct rc_pagecache *pc)
-{
-  return pc->behind_pages;
 }
 
 static void
@@ -833,7 +598,7 @@ abandon_one (struct rc_pagecache *pc, struct shard *s, ra_pgoff i,
   struct page *p = lookup (s, i);
 
   if (p && p->state == PAGE_INFLIGHT) {
-    remove_page (pc, s, p);
+    rc_pc_remove_page (pc, s, p);
     (*removed)++;
   }
 }
@@ -843,7 +608,7 @@ rc_pc_abandon (struct rc_pagecache *pc, ra_pgoff start, ra_pgoff count)
 {
   ra_pgoff removed = 0;
 
-  for_each_page (pc, start, count, abandon_one, &removed);
+  rc_pc_for_each_page (pc, start, count, abandon_one, &removed);
   return removed;
 }
 
@@ -859,7 +624,7 @@ invalidate_one (struct rc_pagecache *pc, struct shard *s, ra_pgoff i,
   if (p->state == PAGE_INFLIGHT)
     p->flags |= PF_STALE;
   else
-    remove_page (pc, s, p);
+    rc_pc_remove_page (pc, s, p);
 }
 
 void
@@ -899,7 +664,7 @@ rc_pc_invalidate (struct rc_pagecache *pc, uint64_t offset, uint64_t count)
     }
     return;
   }
-  for_each_page (pc, first, last - first + 1, invalidate_one, NULL);
+  rc_pc_for_each_page (pc, first, last - first + 1, invalidate_one, NULL);
 }
 
 /* A client copied up to date page p out: move it to the list it now
@@ -958,19 +723,16 @@ rc_pc_copy_run (struct rc_pagecache *pc, ra_pgoff index, unsigned n,
 }
 
 enum rc_access
-rc_pc_access (struct rc_pagecache *pc, ra_pgoff index,
-              void *dst, uint32_t off, uint32_t len, bool again,
-              void (*before_wait) (void *arg, ra_pgoff index), void *arg,
-              bool *waited, bool *waited_ahead)
+rc_pc_access (struct rc_pagecache *pc, struct rc_pc_page_read *pgr)
 {
-  struct shard *s = shard_of (pc, index);
+  struct shard *s = shard_of (pc, pgr->index);
   enum rc_access ret;
   struct page *p;
 
-  *waited = *waited_ahead = false;
+  pgr->waited = pgr->waited_ahead = false;
   ACQUIRE_LOCK (&s->lock);
   for (;;) {
-    p = lookup (s, index);
+    p = lookup (s, pgr->index);
     if (!p) {
       ret = RC_ACCESS_ABSENT;
       break;
@@ -982,8 +744,8 @@ rc_pc_access (struct rc_pagecache *pc, ra_pgoff index,
     }
     if (p->state == PAGE_UPTODATE) {
       if (pc->arena)
-        memcpy (dst, p->data + off, len);
-      if (read_once (pc, s, p, again))
+        memcpy (pgr->dst, p->data + pgr->off, pgr->len);
+      if (read_once (pc, s, p, pgr->again))
         drop_behind (pc, s);
       ret = RC_ACCESS_COPIED;
       break;
@@ -991,16 +753,16 @@ rc_pc_access (struct rc_pagecache *pc, ra_pgoff index,
     /* In flight: sleep until its read completes (or fails, or a write
      * makes it stale), then look again: it may be gone.
      */
-    if (!*waited && (p->flags & PF_AHEAD))
-      *waited_ahead = true;
-    if (!*waited && before_wait) {
-      *waited = true;
+    if (!pgr->waited && (p->flags & PF_AHEAD))
+      pgr->waited_ahead = true;
+    if (!pgr->waited && pgr->before_wait) {
+      pgr->waited = true;
       RELEASE_LOCK (&s->lock);
-      before_wait (arg, index);
+      pgr->before_wait (pgr->arg, pgr->index);
       ACQUIRE_LOCK (&s->lock);
       continue;
     }
-    *waited = true;
+    pgr->waited = true;
     s->waiters++;
     pthread_cond_wait (&s->ready, &s->lock);
     s->waiters--;

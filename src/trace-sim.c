@@ -461,7 +461,8 @@ sim_access (void *opaque, struct rc_read *rd, ra_pgoff i, uint64_t from,
             uint64_t to, bool *waited, bool *waited_ahead)
 {
   struct sim *s = opaque;
-  bool marker, ahead, ignored;
+  struct rc_pc_page_read pgr = { .index = i, .again = i == s->again_page };
+  bool marker, ahead;
 
   (void) rd; (void) from; (void) to;
   *waited = *waited_ahead = false;
@@ -480,8 +481,10 @@ sim_access (void *opaque, struct rc_read *rd, ra_pgoff i, uint64_t from,
     s->c.stall_ns += ready - s->now;
     set_clock (s, ready);
   }
-  return rc_pc_access (s->pc, i, NULL, 0, 0, i == s->again_page, NULL, NULL,
-                       &ignored, &ignored);
+  /* The page is absent, carries the marker or is up to date now: the
+   * call does not sleep (pgr.waited stays false; the wait is above).
+   */
+  return rc_pc_access (s->pc, &pgr);
 }
 
 static int

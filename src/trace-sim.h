@@ -72,7 +72,7 @@ struct sim {
    * lists, eviction, drop-behind reserve and counters.
    */
   struct rc_pagecache *pc;
-  ra_pgoff again_page;          /* see rc_pc_access's again */
+  ra_pgoff again_page;          /* see rc_pc_page_read's again */
   struct rc_trigger_env env;    /* the core's trigger over this sim */
   struct counters c;
   struct rc_stats st;           /* the core's counters, as the filter's */

@@ -48,8 +48,9 @@ void rc_pc_free (struct rc_pagecache *pc);
 
 /* The same cache without page data, for a simulation (ra-trace): no
  * memory is reserved for pages, nothing is copied (the dst and buf
- * arguments below are not used and may be NULL), rc_pc_run_data
- * returns NULL; pages, lists, eviction and counters are as above.
+ * arguments and fields below are not used and may be NULL),
+ * rc_pc_run_data returns NULL; pages, lists, eviction and counters are
+ * as above.
  */
 struct rc_pagecache *rc_pc_new_nodata (uint64_t cache_size,
                                        uint32_t page_size,
@@ -167,30 +168,51 @@ enum rc_access {
   RC_ACCESS_MARKER,  /* page carried the marker, now cleared: async trigger */
 };
 
-/* A client reads len bytes at byte off of page index into dst.  again:
- * the read continues on the page where the same stream's previous read
- * ended, which is not a second use of the page (a page read a second
- * time moves from the inactive to the active list).  If the
- * page carries the marker, clear it and return RC_ACCESS_MARKER without
- * copying (the caller triggers the next window, then calls again).  If
- * the page is in flight, call before_wait (index) once with no lock
- * held (so the caller can hurry the read along), then sleep until the
- * page is ready.  *waited is set when the call slept, *waited_ahead
- * when the page it slept for was in flight as part of an async part
- * (the read ahead was late).
+/* A client's read of bytes of one page, and what became of it: what
+ * rc_pc_access takes (as the kernel's readahead_control carries one
+ * readahead through its calls).  The caller fills in the fields down to
+ * arg; the call sets waited and waited_ahead.
  */
-enum rc_access rc_pc_access (struct rc_pagecache *pc, ra_pgoff index,
-                             void *dst, uint32_t off, uint32_t len,
-                             bool again,
-                             void (*before_wait) (void *arg, ra_pgoff index),
-                             void *arg, bool *waited, bool *waited_ahead);
+struct rc_pc_page_read {
+  ra_pgoff index;               /* the page */
+  /* Where the bytes go (not used by a cache without data, which copies
+   * nothing: may be NULL there).
+   */
+  void *dst;
+  uint32_t off, len;            /* the page's bytes [off, off + len) */
+  /* The read continues on the page where the same stream's previous
+   * read ended, which is not a second use of the page (a page read a
+   * second time moves from the inactive to the active list).
+   */
+  bool again;
+  /* Optional: if the page is in flight, called once as
+   * before_wait (arg, index) with no lock held (so the caller can hurry
+   * the read along) before the call sleeps until the page is ready.
+   */
+  void (*before_wait) (void *arg, ra_pgoff index);
+  void *arg;
+  bool waited;                  /* set: the call slept */
+  /* Set: the page it slept for was in flight as part of an async part
+   * (the read ahead was late).
+   */
+  bool waited_ahead;
+};
+
+/* A client reads pgr->len bytes at byte pgr->off of page pgr->index
+ * into pgr->dst (struct rc_pc_page_read above).  If the page carries
+ * the marker, clear it and return RC_ACCESS_MARKER without copying (the
+ * caller triggers the next window, then calls again).  If the page is
+ * in flight, call pgr->before_wait, then sleep until the page is ready.
+ */
+enum rc_access rc_pc_access (struct rc_pagecache *pc,
+                             struct rc_pc_page_read *pgr);
 
 /* The fast path of many hits: copy whole pages index, index + 1, ... (at
  * most n, within one group of pages, so under one shard lock) into dst
  * while they are up to date and carry no marker; the page again_index
- * is read on, not again (see rc_pc_access).  Returns how many pages
- * were copied; the caller takes the page that stopped it (absent, in
- * flight, marker) through rc_pc_access.
+ * is read on, not again (see struct rc_pc_page_read's again).  Returns
+ * how many pages were copied; the caller takes the page that stopped it
+ * (absent, in flight, marker) through rc_pc_access.
  */
 unsigned rc_pc_copy_run (struct rc_pagecache *pc, ra_pgoff index, unsigned n,
                          void *dst, ra_pgoff again_index);

@@ -1,0 +1,156 @@
+/* ra-cache: the page cache's given-back pages (see
+ * include/racache/pagecache.h; the rest of the cache is
+ * src/pagecache.c).
+ *
+ * One concern: the pages the cache gives back before eviction would
+ * take them, and its memory of having given them back.  Drop-behind
+ * (rc_pc_drop_behind) frees, for reuse, the pages a client has read
+ * once behind a stream, rc_pc_behind_pages behind it; a read around the
+ * cache (rc_pc_read_around_ok, rc_pc_read_around_done) is allowed only
+ * where none of its pages is cached and no whole group of it was given
+ * back lately.  Both remember what they gave back, by group of pages, in
+ * the refault history, which rc_pc_insert tests: data read again after
+ * it was given back earns its place and is kept as active.  (The other
+ * bound on pages read once, the inactive reserve, is the cache's own:
+ * drop_behind in src/pagecache.c, which marks the history here too.)
+ * Calls take the shard locks through rc_pc_for_each_page; the history
+ * is atomics and takes no lock.
+ */
+
+#include <config.h>
+
+#include <stdlib.h>
+
+#include "pagecache-internal.h"
+#include "racache/util.h"
+
+/* Bits of the refault history (struct rc_pagecache's refault). */
+#define REFAULT_BITS (UINT64_C (1) << 20)
+
+void
+rc_pc_giveback_init (struct rc_pagecache *pc, uint64_t total_pages)
+{
+  /* The refault history covers four times the cache (in groups). */
+  pc->refault = calloc (REFAULT_BITS / 64, sizeof *pc->refault);
+  pc->refault_limit = 4 * (total_pages >> GROUP_SHIFT);
+  if (pc->refault_limit < 1024)
+    pc->refault_limit = 1024;
+  if (pc->refault_limit > REFAULT_BITS / 16)
+    pc->refault_limit = REFAULT_BITS / 16;
+  pc->behind_pages = RC_PC_BEHIND_BYTES / pc->page_size;
+  if (pc->behind_pages > total_pages / 4)
+    pc->behind_pages = total_pages / 4;
+}
+
+static inline uint64_t
+refault_bit (ra_pgoff index)
+{
+  return ((index >> GROUP_SHIFT) * UINT64_C (0x9E3779B97F4A7C15)) >> 44;
+}
+
+/* Page index's group was given back (drop-behind, read around). */
+void
+rc_pc_refault_mark (struct rc_pagecache *pc, ra_pgoff index)
+{
+  uint64_t b = refault_bit (index), m = UINT64_C (1) << (b & 63);
+  uint64_t old;
+  size_t i;
+
+  if (!pc->refault)
+    return;
+  old = atomic_fetch_or_explicit (&pc->refault[b >> 6], m,
+                                  memory_order_relaxed);
+  if ((old & m) == 0 &&
+      atomic_fetch_add_explicit (&pc->refault_set, 1, memory_order_relaxed)
+      + 1 >= pc->refault_limit) {
+    /* Forget the history (racing marks may survive: harmless). */
+    for (i = 0; i < REFAULT_BITS / 64; i++)
+      atomic_store_explicit (&pc->refault[i], 0, memory_order_relaxed);
+    atomic_store_explicit (&pc->refault_set, 0, memory_order_relaxed);
+  }
+}
+
+/* Was page index's group given back lately? */
+bool
+rc_pc_refault_test (struct rc_pagecache *pc, ra_pgoff index)
+{
+  uint64_t b = refault_bit (index);
+
+  return pc->refault &&
+    (atomic_load_explicit (&pc->refault[b >> 6], memory_order_relaxed)
+     & (UINT64_C (1) << (b & 63))) != 0;
+}
+
+static void
+drop_behind_one (struct rc_pagecache *pc, struct shard *s, ra_pgoff i,
+                 void *argv)
+{
+  struct page *p = lookup (s, i);
+
+  if (p && p->list == L_INACTIVE && !(p->flags & PF_MARKER)) {
+    rc_pc_refault_mark (pc, i);
+    rc_pc_remove_page (pc, s, p);
+    STAT_ADD (pc->stats, evictions, 1);
+  }
+}
+
+void
+rc_pc_drop_behind (struct rc_pagecache *pc, ra_pgoff from, ra_pgoff to)
+{
+  if (to > from)
+    rc_pc_for_each_page (pc, from, to - from, drop_behind_one, NULL);
+}
+
+ra_pgoff
+rc_pc_behind_pages (const struct rc_pagecache *pc)
+{
+  return pc->behind_pages;
+}
+
+static void
+absent_one (struct rc_pagecache *pc, struct shard *s, ra_pgoff i,
+            void *argv)
+{
+  bool *absent = argv;
+
+  (void) pc;
+  if (*absent && lookup (s, i))
+    *absent = false;
+}
+
+/* The whole groups of [start, start + count): [*from, *to). */
+static bool
+whole_groups (ra_pgoff start, ra_pgoff count, ra_pgoff *from, ra_pgoff *to)
+{
+  ra_pgoff g = (ra_pgoff) 1 << GROUP_SHIFT;
+
+  *from = (start + g - 1) & ~(g - 1);
+  *to = (start + count) & ~(g - 1);
+  return *from < *to;
+}
+
+bool
+rc_pc_read_around_ok (struct rc_pagecache *pc, ra_pgoff start,
+                      ra_pgoff count)
+{
+  bool absent = true;
+  ra_pgoff i, from, to;
+
+  if (whole_groups (start, count, &from, &to))
+    for (i = from; i < to; i += (ra_pgoff) 1 << GROUP_SHIFT)
+      if (rc_pc_refault_test (pc, i))
+        return false;
+  rc_pc_for_each_page (pc, start, count, absent_one, &absent);
+  return absent;
+}
+
+void
+rc_pc_read_around_done (struct rc_pagecache *pc, ra_pgoff start,
+                        ra_pgoff count)
+{
+  ra_pgoff i, from, to;
+
+  if (whole_groups (start, count, &from, &to))
+    for (i = from; i < to; i += (ra_pgoff) 1 << GROUP_SHIFT)
+      rc_pc_refault_mark (pc, i);
+}
