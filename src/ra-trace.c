@@ -361,34 +361,86 @@ finish_config (struct options *o)
   o->tm.adaptive = o->cfg.mode == RA_MODE_ADAPTIVE;
 }
 
+/* ra-trace's own options: those that take a value (getopt_long returns
+ * their OPT_*), and those that take none, each also a short option (its
+ * letter).  The filter's keys come first, as OPT_KEY + their index in
+ * config_options.
+ */
+enum { OPT_CONFIG = 256, OPT_EXPORT_SIZE, OPT_LATENCY, OPT_BANDWIDTH,
+       OPT_CLIENT_GAP, OPT_KEY };
+static const struct option value_options[] = {
+  { "config", required_argument, NULL, OPT_CONFIG },
+  { "export-size", required_argument, NULL, OPT_EXPORT_SIZE },
+  { "latency", required_argument, NULL, OPT_LATENCY },
+  { "bandwidth", required_argument, NULL, OPT_BANDWIDTH },
+  { "client-gap", required_argument, NULL, OPT_CLIENT_GAP },
+};
+static const struct { char letter; const char *option; } flag_options[] = {
+  { 'q', "quiet" }, { 'h', "help" }, { 'V', "version" },
+};
+#define NR_VALUE_OPTIONS (sizeof value_options / sizeof value_options[0])
+#define NR_FLAG_OPTIONS (sizeof flag_options / sizeof flag_options[0])
+
+/* getopt_long's arguments, built from the three tables above so that
+ * each option (its name, whether it takes a value, its short form) is
+ * written once: the long options of config_options, value_options and
+ * flag_options in that order, and the flags' letters as the short
+ * options, after ':' (a missing value is then ':', for our message).
+ */
+struct getopt_args {
+  struct option longopts[NR_CONFIG_OPTIONS + NR_VALUE_OPTIONS +
+                         NR_FLAG_OPTIONS + 1];
+  char shortopts[1 + NR_FLAG_OPTIONS + 1];
+};
+
+static void
+build_getopt_args (struct getopt_args *g)
+{
+  size_t k, n = 0;
+
+  for (k = 0; k < NR_CONFIG_OPTIONS; k++)
+    g->longopts[n++] = (struct option) {
+      .name = config_options[k].option, .has_arg = required_argument,
+      .val = OPT_KEY + (int) k,
+    };
+  for (k = 0; k < NR_VALUE_OPTIONS; k++)
+    g->longopts[n++] = value_options[k];
+  g->shortopts[0] = ':';
+  for (k = 0; k < NR_FLAG_OPTIONS; k++) {
+    g->longopts[n++] = (struct option) {
+      .name = flag_options[k].option, .has_arg = no_argument,
+      .val = flag_options[k].letter,
+    };
+    g->shortopts[1 + k] = flag_options[k].letter;
+  }
+  g->longopts[n] = (struct option) { .name = NULL };
+  g->shortopts[1 + k] = '\0';
+}
+
+/* Is c the letter of an option that takes no value? */
+static bool
+is_flag (int c)
+{
+  size_t k;
+
+  for (k = 0; k < NR_FLAG_OPTIONS; k++)
+    if (flag_options[k].letter == c)
+      return true;
+  return false;
+}
+
 static void
 parse_options (int argc, char *argv[], struct options *o)
 {
-  enum { OPT_CONFIG = 256, OPT_EXPORT_SIZE, OPT_LATENCY, OPT_BANDWIDTH,
-         OPT_CLIENT_GAP, OPT_KEY };
-  static const struct option long_options[] = {
-    { "page-size", required_argument, NULL, OPT_KEY + 0 },
-    { "ra-max", required_argument, NULL, OPT_KEY + 1 },
-    { "io-max", required_argument, NULL, OPT_KEY + 2 },
-    { "cache-size", required_argument, NULL, OPT_KEY + 3 },
-    { "mode", required_argument, NULL, OPT_KEY + 4 },
-    { "parallel", required_argument, NULL, OPT_KEY + 5 },
-    { "config", required_argument, NULL, OPT_CONFIG },
-    { "export-size", required_argument, NULL, OPT_EXPORT_SIZE },
-    { "latency", required_argument, NULL, OPT_LATENCY },
-    { "bandwidth", required_argument, NULL, OPT_BANDWIDTH },
-    { "client-gap", required_argument, NULL, OPT_CLIENT_GAP },
-    { "quiet", no_argument, NULL, 'q' },
-    { "help", no_argument, NULL, 'h' },
-    { "version", no_argument, NULL, 'V' },
-    { NULL, 0, NULL, 0 }
-  };
+  struct getopt_args g;
   int c;
 
+  build_getopt_args (&g);
   memset (o, 0, sizeof *o);
   rc_config_defaults (&o->cfg);
   opterr = 0;                   /* messages of our own, below */
-  while ((c = getopt_long (argc, argv, ":qhV", long_options, NULL)) != -1) {
+  while ((c = getopt_long (argc, argv, g.shortopts, g.longopts,
+                           NULL)) != -1) {
     if (c >= OPT_KEY && c < OPT_KEY + (int) NR_CONFIG_OPTIONS) {
       config_option (o, (size_t) (c - OPT_KEY), optarg);
       continue;
@@ -417,7 +469,7 @@ parse_options (int argc, char *argv[], struct options *o)
     case ':':
       die ("option '%s' needs a value (try --help)", argv[optind - 1]);
     default:
-      if (optopt == 'q' || optopt == 'h' || optopt == 'V')
+      if (is_flag (optopt))
         die ("option '%s' takes no value (try --help)", argv[optind - 1]);
       if (optopt)
         die ("unknown option '-%c' (try --help)", optopt);

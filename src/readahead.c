@@ -649,7 +649,12 @@ ra_ondemand (struct ra_state *ra, const struct ra_params *p,
              ra_pgoff index, bool marker, ra_pgoff req,
              struct ra_window *w)
 {
-  ra_ondemand_at (ra, p, cache, opaque, index, marker, req, NULL, w);
+  const struct ra_control ctl = {
+    .ra = ra, .p = p, .cache = cache, .opaque = opaque,
+    .index = index, .marker = marker, .req = req, .in = NULL,
+  };
+
+  ra_ondemand_at (&ctl, w);
 }
 
 /* The parts of ondemand().  Each sets the stream state's window and
@@ -819,11 +824,12 @@ adapt_prologue (struct ra_state *ra, const struct ra_params *p,
 }
 
 void
-ra_ondemand_at (struct ra_state *ra, const struct ra_params *p,
-                const struct ra_cache_ops *cache, void *opaque,
-                ra_pgoff index, bool marker, ra_pgoff req,
-                const struct ra_inputs *in, struct ra_window *w)
+ra_ondemand_at (const struct ra_control *ctl, struct ra_window *w)
 {
+  struct ra_state *ra = ctl->ra;
+  const struct ra_params *p = ctl->p;
+  ra_pgoff index = ctl->index, req = ctl->req;
+  bool marker = ctl->marker;
   ra_pgoff max = p->ra_max;
   bool adaptive = p->mode == RA_MODE_ADAPTIVE && max > 0;
   enum ra_branch branch;
@@ -831,7 +837,7 @@ ra_ondemand_at (struct ra_state *ra, const struct ra_params *p,
   if (req == 0)
     req = 1;
   if (adaptive)
-    max = adapt_prologue (ra, p, in, index, marker);
+    max = adapt_prologue (ra, p, ctl->in, index, marker);
 
   /* Readahead off: a sync trigger reads exactly the request (the cache
    * still serves hits); there are no markers to trigger on.
@@ -851,9 +857,10 @@ ra_ondemand_at (struct ra_state *ra, const struct ra_params *p,
     max = req < p->io_max ? req : p->io_max;
 
   if (marker)
-    branch = async_ra (ra, p, cache, opaque, index, req, max);
+    branch = async_ra (ra, p, ctl->cache, ctl->opaque, index, req, max);
   else
-    branch = sync_ra (ra, p, cache, opaque, index, req, max, adaptive);
+    branch = sync_ra (ra, p, ctl->cache, ctl->opaque, index, req, max,
+                      adaptive);
   if (branch == RA_NONE) {
     /* No hole after an unexplained marker: nothing to read; else G: a
      * random read: exactly the request, state untouched.

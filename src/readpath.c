@@ -123,13 +123,18 @@ rc_read_decide (struct ra_state *ra, const struct ra_params *p,
                 ra_pgoff last, const struct ra_inputs *in,
                 struct ra_window *w)
 {
+  const struct ra_control ctl = {
+    .ra = ra, .p = p, .cache = cache, .opaque = opaque,
+    .index = index, .marker = marker, .req = last - index, .in = in,
+  };
+
 #if RC_PREV_POS_PER_BATCH
   if (rd && rd->copied_end > rd->offset)
     ra_update_prev_pos (ra, rd->copied_end);
 #else
   (void) rd;
 #endif
-  ra_ondemand_at (ra, p, cache, opaque, index, marker, last - index, in, w);
+  ra_ondemand_at (&ctl, w);
 }
 
 void

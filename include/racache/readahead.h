@@ -219,26 +219,45 @@ void ra_state_init (struct ra_state *ra);
 ra_pgoff ra_init_size (ra_pgoff req, ra_pgoff max);
 ra_pgoff ra_next_size (ra_pgoff cur, ra_pgoff max);
 
-/* ondemand(index, marker, req): decide the window for a sync trigger
- * (marker == false: page index is not cached) or an async trigger
- * (marker == true: page index carried the marker, which the caller has
- * cleared).  req is req_count: the pages of the request from index.
- * Updates the stream state as doc/readahead-rules.md ("The branches") says
- * and returns the window to submit; w->size == 0 means nothing to read.
+/* ondemand(index, marker, req): decide the window for a trigger
+ * without adaptive mode's measurements, the arguments as the fields of
+ * struct ra_control (below) say.  Updates the stream state as
+ * doc/readahead-rules.md ("The branches") says and returns the window
+ * to submit; w->size == 0 means nothing to read.
  */
 void ra_ondemand (struct ra_state *ra, const struct ra_params *p,
                   const struct ra_cache_ops *cache, void *opaque,
                   ra_pgoff index, bool marker, ra_pgoff req,
                   struct ra_window *w);
 
-/* The same with adaptive mode's measurements (in may be NULL: then an
- * adaptive stream's cap is its limit, as if nothing were measured yet).
- * In kernel mode in is ignored and this is exactly ra_ondemand.
+/* One call of ondemand(), as the kernel's struct readahead_control
+ * carries one readahead request: the stream, how to ask the page cache
+ * about it, and the trigger.  The caller fills one in for each call;
+ * the engine only reads it (and updates *ra).
  */
-void ra_ondemand_at (struct ra_state *ra, const struct ra_params *p,
-                     const struct ra_cache_ops *cache, void *opaque,
-                     ra_pgoff index, bool marker, ra_pgoff req,
-                     const struct ra_inputs *in, struct ra_window *w);
+struct ra_control {
+  struct ra_state *ra;          /* the stream state, updated */
+  const struct ra_params *p;    /* the engine's parameters */
+  const struct ra_cache_ops *cache; /* the page cache's queries, */
+  void *opaque;                 /* with this as their first argument */
+  ra_pgoff index;               /* the trigger's page */
+  bool marker;                  /* false: a sync trigger (page index is
+                                 * not cached); true: an async trigger
+                                 * (page index carried the marker, which
+                                 * the caller has cleared) */
+  ra_pgoff req;                 /* req_count: the pages of the request
+                                 * from index (0 is taken as 1) */
+  const struct ra_inputs *in;   /* adaptive mode's measurements, or NULL:
+                                 * then an adaptive stream's cap is its
+                                 * limit, as if nothing were measured
+                                 * yet.  Ignored in kernel mode */
+};
+
+/* ondemand() with adaptive mode's measurements (ctl->in), deciding the
+ * window *w as ra_ondemand does.  In kernel mode this is exactly
+ * ra_ondemand.
+ */
+void ra_ondemand_at (const struct ra_control *ctl, struct ra_window *w);
 
 /* Late prefetch feedback (adaptive mode): a client had to wait for page
  * index, which an async part had in flight.  Counts a late event (once

@@ -116,10 +116,10 @@ int rc_read_path (const struct rc_read_ops *ops, void *opaque,
                   int *err);
 
 /* The decision of a trigger at page index of a read ending at page
- * last (req_count = last - index): ra_ondemand_at.  rd is the client
- * read the trigger serves, or NULL (an early trigger); in may be NULL
- * (kernel mode, or nothing measured).  See RC_PREV_POS_PER_BATCH for
- * prev_pos.
+ * last: ra_ondemand_at, with req (req_count) = last - index.  rd is
+ * the client read the trigger serves, or NULL (an early trigger); in
+ * may be NULL (kernel mode, or nothing measured).  See
+ * RC_PREV_POS_PER_BATCH for prev_pos.
  */
 void rc_read_decide (struct ra_state *ra, const struct ra_params *p,
                      const struct ra_cache_ops *cache, void *opaque,

@@ -86,11 +86,15 @@ sim_new (unsigned mode)
 static void
 sim_trigger (struct sim *s, ra_pgoff index, bool marker, ra_pgoff req)
 {
+  const struct ra_control ctl = {
+    .ra = &s->ra, .p = &s->p, .cache = &sim_ops, .opaque = s,
+    .index = index, .marker = marker, .req = req,
+    .in = s->use_inputs ? &s->in : NULL,
+  };
   struct ra_window w;
   struct ra_submit_result res;
 
-  ra_ondemand_at (&s->ra, &s->p, &sim_ops, s, index, marker, req,
-                  s->use_inputs ? &s->in : NULL, &w);
+  ra_ondemand_at (&ctl, &w);
   if (w.size == 0)
     return;
   ra_submit (&w, s->p.io_max, &sim_submit_ops, s, &res);

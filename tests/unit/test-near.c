@@ -103,12 +103,15 @@ static void
 sim_trigger (struct sim *s, ra_pgoff index, bool marker, ra_pgoff req,
              ra_pgoff first, ra_pgoff last)
 {
+  const struct ra_control ctl = {
+    .ra = &s->ra, .p = &s->p, .cache = &sim_ops, .opaque = s,
+    .index = index, .marker = marker, .req = req, .in = &s->in,
+  };
   struct ra_window w;
   struct ra_submit_result res;
   ra_pgoff i;
 
-  ra_ondemand_at (&s->ra, &s->p, &sim_ops, s, index, marker, req,
-                  &s->in, &w);
+  ra_ondemand_at (&ctl, &w);
   s->in.near_hits = 0;          /* handed over once */
   if (w.size == 0)
     return;
@@ -291,9 +294,13 @@ decide (struct ra_state *ra, const struct ra_params *p, ra_pgoff index,
         ra_pgoff hits, enum ra_branch expect)
 {
   struct ra_inputs in = { .lat_ns = -1, .near_hits = hits };
+  const struct ra_control ctl = {
+    .ra = ra, .p = p, .cache = &none_ops, .opaque = NULL,
+    .index = index, .marker = false, .req = 1, .in = &in,
+  };
   struct ra_window w;
 
-  ra_ondemand_at (ra, p, &none_ops, NULL, index, false, 1, &in, &w);
+  ra_ondemand_at (&ctl, &w);
   ck_assert_int_eq (w.branch, expect);
   ck_assert_uint_eq (w.start, index);
   if (expect == RA_N_NEAR) {
