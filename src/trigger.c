@@ -269,7 +269,7 @@ inputs (struct rc_trigger_env *env, const struct rc_trigger *t,
  * that its sync part is all that would be read.  Pages for data a
  * stream reads once only cost then: memory touched for the first time,
  * a copy into them and their bookkeeping (a copy tool with many reads in
- * flight on each of its connections ran 0.64x no filter so; README,
+ * flight on each of its connections lost to no filter so; README,
  * "Copy tools at every distance").  Not for random reads (branch G:
  * their pages are kept, as data read again) nor near windows (N), and
  * only where the user can (around_ok: a client buffer, nothing of the
