@@ -52,7 +52,7 @@
 #   RESULTS []          also write every run as TSV
 #   CLIENT_TIMEOUT [300]
 #
-# About 15 minutes with the defaults on 2 cores.  Exit status 0, or 1 if
+# About 18 minutes with the defaults on 2 cores.  Exit status 0, or 1 if
 # a run failed (its front server's log is shown).
 
 set -euo pipefail
