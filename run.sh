@@ -43,11 +43,11 @@ filter=$builddir/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so
 # (nbdsh and its python3 binding, qemu-img, nbdfuse, nbd-client,
 # valgrind, and nbd-server and lighttpd as real backends) and the
 # benchmarks (fio; GNU time for the front server's rusage; nbd-server
-# and lighttpd for bench/servers.sh).
+# and lighttpd for bench/servers.sh; xfsprogs for bench/fs.sh's XFS layout).
 packages=(nbdkit nbdkit-plugin-dev libnbd-dev libnbd-bin python3-libnbd
           libev-dev libconfig-dev check qemu-utils fio nbd-client
           autoconf automake libtool pkg-config make gcc perl valgrind
-          time nbd-server lighttpd)
+          time nbd-server lighttpd xfsprogs)
 
 say ()
 {
