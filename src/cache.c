@@ -34,7 +34,9 @@
 #include <config.h>
 
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -390,6 +392,37 @@ env_issue (void *opaque, struct rc_trigger *t, int *err)
   return r;
 }
 
+/* The filter's -D ra-cache.windows=1 (struct rc_backend's
+ * log_windows): one line per window, in bytes, with what became of it.
+ */
+static void
+env_decided (void *opaque, const struct rc_trigger *t)
+{
+  struct rc_cache *c = opaque;
+  unsigned shift = c->params.page_shift;
+  char line[320], dropped[64] = "";
+
+  if (!c->be.log_windows || !c->be.log)
+    return;
+  if (t->dropped > 0)
+    snprintf (dropped, sizeof dropped, ", async part dropped (%" PRIu64
+              " bytes: the backend is busy)", (uint64_t) t->dropped << shift);
+  snprintf (line, sizeof line,
+            "ra-cache: window: stream %u, %s trigger at %" PRIu64
+            ", branch %s (%s): %" PRIu64 "+%" PRIu64 " bytes, async part %"
+            PRIu64 "%s%s%s%s",
+            t->owner, t->marker ? "async" : "sync",
+            (uint64_t) t->index << shift,
+            ra_branch_name (t->w.branch),
+            ra_branch_description (t->w.branch),
+            (uint64_t) t->w.start << shift, (uint64_t) t->w.size << shift,
+            (uint64_t) t->w.async_size << shift,
+            t->covered ? ", covered (the client's reads keep the backend busy)" : "",
+            t->yielded ? ", yielded to a random reader" : "",
+            t->around ? ", read around the cache" : "", dropped);
+  c->be.log (c->be.opaque, false, line);
+}
+
 static const struct rc_trigger_ops trigger_ops = {
   .now_ns = env_now_ns,
   .model = env_model,
@@ -398,6 +431,7 @@ static const struct rc_trigger_ops trigger_ops = {
   .around_ok = env_around_ok,
   .around = env_around,
   .issue = env_issue,
+  .decided = env_decided,
 };
 
 /* A trigger of cr's stream at page index of a read ending at page last

@@ -178,24 +178,33 @@
 
 #include "racache/readahead.h"
 
+/* Each branch's letter and what it is (the man page's words). */
+static const struct {
+  const char *name, *description;
+} branches[RA_NR_BRANCHES] = {
+  [RA_NONE] = { "none", "none" },
+  [RA_A_INITIAL] = { "A", "initial" },
+  [RA_B_SEQUENTIAL] = { "B", "sequential" },
+  [RA_C_INTERLEAVED] = { "C", "interleaved" },
+  [RA_D_OVERSIZE] = { "D", "oversize" },
+  [RA_E_SEQ_MISS] = { "E", "sequential miss" },
+  [RA_F_CONTEXT] = { "F", "context" },
+  [RA_G_RANDOM] = { "G", "random" },
+  [RA_N_NEAR] = { "N", "near" },
+  [RA_FORCED] = { "forced", "forced" },
+  [RA_OFF] = { "off", "off" },
+};
+
 const char *
 ra_branch_name (enum ra_branch b)
 {
-  switch (b) {
-  case RA_NONE: return "none";
-  case RA_A_INITIAL: return "A";
-  case RA_B_SEQUENTIAL: return "B";
-  case RA_C_INTERLEAVED: return "C";
-  case RA_D_OVERSIZE: return "D";
-  case RA_E_SEQ_MISS: return "E";
-  case RA_F_CONTEXT: return "F";
-  case RA_G_RANDOM: return "G";
-  case RA_N_NEAR: return "N";
-  case RA_FORCED: return "forced";
-  case RA_OFF: return "off";
-  case RA_NR_BRANCHES: break;
-  }
-  return "?";
+  return (unsigned) b < RA_NR_BRANCHES ? branches[b].name : "?";
+}
+
+const char *
+ra_branch_description (enum ra_branch b)
+{
+  return (unsigned) b < RA_NR_BRANCHES ? branches[b].description : "?";
 }
 
 void

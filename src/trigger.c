@@ -65,7 +65,7 @@ rc_trigger_init (struct rc_trigger *t, struct ra_state *ra, unsigned owner,
   t->user = NULL;
   memset (&t->w, 0, sizeof t->w);
   t->io = 0;
-  t->covered = t->around = false;
+  t->covered = t->around = t->yielded = false;
   memset (&t->res, 0, sizeof t->res);
   t->dropped = 0;
   t->marker_page = RA_NO_MARKER;
@@ -351,6 +351,7 @@ decide_and_submit (struct rc_trigger_env *env, struct rc_trigger *t)
     if (in.yield_max) {
       STAT_ADD (env->st, windows_yielded, 1);
       t->io = yield_part (p->io_max);
+      t->yielded = true;
     }
   }
   if (t->w.branch == RA_G_RANDOM && t->w.size > 0 && !t->covered &&
@@ -358,10 +359,12 @@ decide_and_submit (struct rc_trigger_env *env, struct rc_trigger *t)
     note_random_wait (env, t->owner);
   if (t->w.size == 0)
     return;
-  if (read_around (env, t))
-    return;
-  submit (env, t, false);
-  keep_or_drop (env, t);
+  if (!read_around (env, t)) {
+    submit (env, t, false);
+    keep_or_drop (env, t);
+  }
+  if (env->ops->decided)
+    env->ops->decided (env->opaque, t);
 }
 
 int

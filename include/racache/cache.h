@@ -32,6 +32,10 @@ struct rc_backend {
   void (*worker_close) (void *opaque, void *ctx);
   /* Optional: log one line (error = true: always shown). */
   void (*log) (void *opaque, bool error, const char *msg);
+  /* Log one line per window decided through log (-D ra-cache.windows=1):
+   * stream, trigger, branch, start, size, async part, what became of it.
+   */
+  bool log_windows;
   /* A context carries one call at a time (a plugin that serializes
    * requests per connection, such as curl): a background connection is
    * then used by one worker at a time.

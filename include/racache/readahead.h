@@ -40,6 +40,10 @@ enum ra_branch {
 
 /* Short name of a branch ("A" .. "G", "N", "forced", "off", "none"). */
 const char *ra_branch_name (enum ra_branch b);
+/* What branch b is, in a word or two ("sequential", "context", ...),
+ * for people: the names the man page gives beside the letters.
+ */
+const char *ra_branch_description (enum ra_branch b);
 
 /* How windows are sized (ra-mode). */
 enum ra_mode {

@@ -95,6 +95,12 @@ struct rc_trigger_ops {
    * [t->need_start, t->need_end) failed.
    */
   int (*issue) (void *opaque, struct rc_trigger *t, int *err);
+  /* Optional: told of each window decided with pages in it, once it is
+   * read around the cache or submitted and its async part kept or
+   * dropped (t's answer is complete but for the batches' reads), under
+   * the stream's lock: for a log line, nothing slow.
+   */
+  void (*decided) (void *opaque, const struct rc_trigger *t);
 };
 
 /* One cache's triggers: shared by all of its streams. */
@@ -134,6 +140,8 @@ struct rc_trigger {
   bool covered;                 /* the client's reads covered the backend:
                                    the window is just the request */
   bool around;                  /* served around the cache */
+  bool yielded;                 /* bounded by the yield to a random
+                                   reader (RC_YIELD_DIV) */
   struct ra_submit_result res;  /* pages inserted by part */
   ra_pgoff dropped;             /* async pages dropped for congestion */
   ra_pgoff marker_page;         /* the page that got the marker, or

@@ -43,12 +43,14 @@
 #include "racache/stats-server.h"
 #include "racache/util.h"
 
-/* -D ra-cache.verbose=1: log every window and backend read.  nbdkit
- * looks the flag up as the symbol NAME_debug_FLAG with only dots turned
- * into underscores, so for this filter "ra-cache_debug_verbose", which
- * no C identifier can spell: export the variable under that name too.
+/* -D ra-cache.verbose=1: log every backend read; -D ra-cache.windows=1:
+ * one line per window (src/cache.c, env_decided).  nbdkit looks a flag
+ * up as the symbol NAME_debug_FLAG with only dots turned into
+ * underscores, so for this filter "ra-cache_debug_verbose", which no C
+ * identifier can spell: export each variable under that name too.
  */
 NBDKIT_DLL_PUBLIC int ra_cache_debug_verbose = 0;
+NBDKIT_DLL_PUBLIC int ra_cache_debug_windows = 0;
 /* A top-level asm alias rather than a C declaration with an asm label:
  * with -fsanitize=address GCC would emit an ODR indicator symbol for the
  * declaration, "__odr_asan.ra-cache_debug_verbose", unquoted, which the
@@ -57,7 +59,11 @@ NBDKIT_DLL_PUBLIC int ra_cache_debug_verbose = 0;
 __asm__ (".globl \"ra-cache_debug_verbose\"\n"
          "\t.type \"ra-cache_debug_verbose\", @object\n"
          "\t.size \"ra-cache_debug_verbose\", 4\n"
-         "\t.set \"ra-cache_debug_verbose\", ra_cache_debug_verbose\n");
+         "\t.set \"ra-cache_debug_verbose\", ra_cache_debug_verbose\n"
+         ".globl \"ra-cache_debug_windows\"\n"
+         "\t.type \"ra-cache_debug_windows\", @object\n"
+         "\t.size \"ra-cache_debug_windows\", 4\n"
+         "\t.set \"ra-cache_debug_windows\", ra_cache_debug_windows\n");
 
 static struct rc_config cfg;
 static bool serialize_backend, serialize_requests;
@@ -600,6 +606,7 @@ ra_cache_after_fork (nbdkit_backend *backend)
   if (serialize_backend)
     nworkers = 1;
   backend_ops.one_call_per_ctx = serialize_requests;
+  backend_ops.log_windows = ra_cache_debug_windows != 0;
   cache = rc_cache_new (&cfg, &backend_ops, nworkers);
   if (!cache) {
     nbdkit_error ("ra-cache: cannot create the cache: %m");
