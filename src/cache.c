@@ -626,6 +626,26 @@ rc_fill (struct rc_cache *c, void *ctx, uint32_t count, uint64_t offset,
 }
 
 void
+rc_note_uncached (struct rc_cache *c, enum rc_uncached_reason reason,
+                  uint64_t count)
+{
+  switch (reason) {
+  case RC_UNCACHED_OTHER_EXPORT:
+    STAT_ADD (&c->stats, uncached_reads_other_export, 1);
+    STAT_ADD (&c->stats, uncached_bytes_other_export, count);
+    break;
+  case RC_UNCACHED_SIZE_MISMATCH:
+    STAT_ADD (&c->stats, uncached_reads_size_mismatch, 1);
+    STAT_ADD (&c->stats, uncached_bytes_size_mismatch, count);
+    break;
+  case RC_UNCACHED_PRIVATE_WRITES:
+    STAT_ADD (&c->stats, uncached_reads_private_writes, 1);
+    STAT_ADD (&c->stats, uncached_bytes_private_writes, count);
+    break;
+  }
+}
+
+void
 rc_invalidate (struct rc_cache *c, uint64_t offset, uint64_t count)
 {
   rc_pc_invalidate (c->pc, offset, count);

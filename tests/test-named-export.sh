@@ -120,5 +120,18 @@ check_cached front2
 grep -q 'asked for another export than the default ("disk1")' \
   "$tmpdir/front2.log" ||
   fail "front2: the log does not say that export 'other' was not cached"
+# ... and the counters say why: every byte of export 'other' (the
+# convert reads each once), no other reason.
+read -r oreads obytes sreads preads <<<"$(file_stat "$tmpdir/front2.json" \
+  uncached_reads_other_export uncached_bytes_other_export \
+  uncached_reads_size_mismatch uncached_reads_private_writes)"
+info "front2: uncached_reads_other_export=$oreads uncached_bytes_other_export=$obytes"
+disk1_size=$(stat -c %s "$tmpdir/disk1.img")
+(( oreads > 0 && obytes >= disk1_size )) ||
+  fail "front2: export 'other' read $obytes bytes uncached, not counted as $disk1_size"
+(( sreads == 0 && preads == 0 )) ||
+  fail "front2: uncached reads counted for another reason ($sreads, $preads)"
+read -r oreads <<<"$(file_stat "$tmpdir/front1.json" uncached_reads_other_export)"
+(( oreads == 0 )) || fail "front1: $oreads reads of the default export counted as uncached"
 
 info "ok"

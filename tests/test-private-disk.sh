@@ -85,6 +85,12 @@ stop_server front || fail "the front did not stop cleanly"
 read -r reads hits <<<"$(file_stat "$tmpdir/front.json" client_reads page_hits)"
 info "client_reads=$reads page_hits=$hits"
 (( reads >= 128 && hits > 0 )) || fail "the reader was not cached"
+# The writer's 64 reads back after its writes passed the cache by.
+read -r preads pbytes <<<"$(file_stat "$tmpdir/front.json" \
+  uncached_reads_private_writes uncached_bytes_private_writes)"
+info "uncached_reads_private_writes=$preads uncached_bytes_private_writes=$pbytes"
+(( preads == size / 65536 && pbytes == size )) ||
+  fail "the writer's uncached reads counted as $preads ($pbytes bytes), not $((size / 65536)) ($size)"
 n=$(grep -c 'reads through its own context, uncached' "$tmpdir/front.log" || true)
 [ "$n" -eq 1 ] || fail "the switch to uncached reads was logged $n times, not once"
 

@@ -133,6 +133,19 @@ int rc_fill (struct rc_cache *c, void *ctx, uint32_t count, uint64_t offset,
  */
 void rc_invalidate (struct rc_cache *c, uint64_t offset, uint64_t count);
 
+/* Why a connection's reads pass the cache by (the filter decides). */
+enum rc_uncached_reason {
+  RC_UNCACHED_OTHER_EXPORT,     /* it named another export */
+  RC_UNCACHED_SIZE_MISMATCH,    /* it saw another size than the cache's */
+  RC_UNCACHED_PRIVATE_WRITES,   /* it wrote to a plugin without
+                                   multi-conn consistency */
+};
+/* Count a client read of count bytes that passed the cache by for
+ * reason (the uncached_reads_* and uncached_bytes_* counters).
+ */
+void rc_note_uncached (struct rc_cache *c, enum rc_uncached_reason reason,
+                       uint64_t count);
+
 struct rc_stats *rc_cache_stats (struct rc_cache *c);
 struct rc_pagecache *rc_cache_pagecache (struct rc_cache *c);
 /* Backend reads in flight or queued, now. */

@@ -114,6 +114,26 @@
      "Pages evicted to make room.")                                     \
   X (COUNTER, invalidated_pages, RC_FIELD (invalidated_pages), -1, 0,   \
      "Pages dropped or marked stale by writes.")                        \
+  X (COUNTER, uncached_reads_other_export,                              \
+     RC_FIELD (uncached_reads_other_export), -1, 0,                     \
+     "Client reads not cached: their connection named another export.") \
+  X (COUNTER, uncached_bytes_other_export,                              \
+     RC_FIELD (uncached_bytes_other_export), -1, 1,                     \
+     "Bytes of those reads.")                                           \
+  X (COUNTER, uncached_reads_size_mismatch,                             \
+     RC_FIELD (uncached_reads_size_mismatch), -1, 0,                    \
+     "Client reads not cached: their connection saw another export "    \
+     "size than the cache's.")                                          \
+  X (COUNTER, uncached_bytes_size_mismatch,                             \
+     RC_FIELD (uncached_bytes_size_mismatch), -1, 1,                    \
+     "Bytes of those reads.")                                           \
+  X (COUNTER, uncached_reads_private_writes,                            \
+     RC_FIELD (uncached_reads_private_writes), -1, 0,                   \
+     "Client reads not cached: their connection wrote to a plugin "     \
+     "without multi-conn consistency.")                                 \
+  X (COUNTER, uncached_bytes_private_writes,                            \
+     RC_FIELD (uncached_bytes_private_writes), -1, 1,                   \
+     "Bytes of those reads.")                                           \
   X (GAUGE, cache_bytes, RC_FIELD (cache_bytes), -1, 1,                 \
      "Bytes of page data in the cache now.")                            \
   X (GAUGE, backend_connections, RC_CACHE (rc_cache_connections (s->c)), \

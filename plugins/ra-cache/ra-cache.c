@@ -80,7 +80,8 @@ static int stats_fd = -1;
 struct handle {
   struct rc_stream *stream;
   bool bypass;                  /* this connection does not use the cache */
-  bool other_export;            /* ... because it named another export */
+  enum rc_uncached_reason why;  /* ... and why (set before bypass) */
+  bool other_export;            /* it named another export */
   int multi_conn;               /* the plugin's can_multi_conn */
   bool connected;               /* counted by rc_cache_connect */
   /* A plugin without multi-conn: the requests of this connection on
@@ -149,6 +150,7 @@ note_write (struct handle *h)
     return;
   ACQUIRE_LOCK (&h->lock);
   if (!h->bypass) {
+    h->why = RC_UNCACHED_PRIVATE_WRITES;
     __atomic_store_n (&h->bypass, true, __ATOMIC_RELEASE);
     nbdkit_debug ("ra-cache: a write on a connection to a plugin without "
                   "multi-conn consistency: from now on this connection "
@@ -740,6 +742,7 @@ ra_cache_open (nbdkit_next_open *next, nbdkit_context *nxdata,
 
     h->other_export = !def || strcmp (exportname, def) != 0;
   }
+  h->why = RC_UNCACHED_OTHER_EXPORT;
   h->bypass = h->other_export;
   return h;
 }
@@ -794,6 +797,7 @@ ra_cache_prepare (nbdkit_next *next, void *handle, int readonly)
   if (rc_cache_set_export_size (cache, size) == -1) {
     nbdkit_debug ("ra-cache: export size %" PRIi64 " differs from the "
                   "cached export's: this connection is not cached", size);
+    h->why = RC_UNCACHED_SIZE_MISMATCH;
     h->bypass = true;
   }
   /* This client has its backend connection: the workers may open
@@ -854,8 +858,13 @@ ra_cache_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
   struct handle *h = handle;
   int r;
 
-  if (!cached_begin (h))
+  if (!cached_begin (h)) {
+    /* bypass was set (with a release) after why: its acquiring load in
+     * cached_begin makes why visible here.
+     */
+    rc_note_uncached (cache, h->why, count);
     return BACKEND_CALL (next->pread (next, buf, count, offset, flags, err));
+  }
   r = rc_read (cache, h->stream, next, buf, count, offset, err);
   cached_end (h);
   return r;
