@@ -257,11 +257,7 @@ do_demo ()
   . "$srcdir/bench/lib.sh"
   : "${RDELAY:=1ms}"
   : "${DEMO_SIZE:=1G}"
-  trap bench_cleanup EXIT
-  trap 'exit 130' INT
-  trap 'exit 143' TERM
-  trap 'exit 129' HUP
-  bench_init
+  bench_traps
 
   local size row label bs count depth s0 s1 mb0 mb1 bytes cpu0 cpu1 flt0 flt1
   if [ ${#backend[@]} -eq 0 ]; then

@@ -145,11 +145,7 @@ if [ "$ADAPTIVE" = 1 ]; then
   done
 fi
 
-trap bench_cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
-bench_init
+bench_traps
 # shellcheck disable=SC2154 # bench_tmpdir is set by bench_init
 tmp=$bench_tmpdir
 

@@ -127,11 +127,7 @@ if [ ! -f "$FILTER" ]; then
   echo "compare.sh: $FILTER is not built: the ra-cache column will say n/a" >&2
 fi
 
-trap bench_cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
-bench_init
+bench_traps
 
 # The export size caps the qemu-img bench counts.
 bench_start back "${backend_args[@]}" || exit 1

@@ -82,8 +82,7 @@ bench=$BUILD/ra-bench
 [ -x "$bench" ] || bench_die "build ra-bench first ($bench)"
 export PATH=$BENCH_PATH
 
-bench_init
-trap bench_cleanup EXIT
+bench_traps
 
 declare -A front=(
   [plain]=""

@@ -110,19 +110,9 @@ for c in $CONFIGS; do
   esac
 done
 
-outdir=
-cleanup ()
-{
-  bench_cleanup
-  [ -n "$outdir" ] && rm -rf "$outdir"
-  return 0
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
-bench_init
-outdir=$(mktemp -d "$OUT_DIR/racache-convert.XXXXXX")
+bench_traps
+bench_outdir "$OUT_DIR" convert
+outdir=$bench_outdir
 
 # ---- the image (made once) ---------------------------------------------------
 # The layout and the data are a function of IMAGE_SIZE alone (fixed seed):

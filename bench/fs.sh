@@ -212,11 +212,7 @@ cleanup ()
   bench_cleanup
   return 0
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
-bench_init
+bench_traps cleanup
 mnt=$bench_tmpdir/mnt fsdir=$bench_tmpdir/fs
 mkdir "$mnt" "$fsdir"
 

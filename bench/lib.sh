@@ -1,7 +1,8 @@
 # shellcheck shell=bash
-# bench/lib.sh: server and client helpers shared by bench/compare.sh and
-# `./run.sh demo`.  Source it; it does not set a trap itself: call
-# bench_init once, and put bench_cleanup in your EXIT trap.
+# bench/lib.sh: server and client helpers shared by the bench/ scripts
+# and `./run.sh demo`.  Source it, then call bench_traps once (the traps
+# that run bench_cleanup, or a cleanup of the script's own that calls it,
+# and bench_init).
 #
 # Every nbdkit server runs in the foreground (-f) as a child of the
 # script, on a Unix socket in a private temporary directory, so that it
@@ -57,6 +58,27 @@ bench_init ()
 {
   bench_tmpdir=$(mktemp -d /tmp/racache-bench.XXXXXX)
   tmpdir=$bench_tmpdir          # for tests/functions.sh
+}
+
+# bench_traps [FUNC]: run FUNC (default bench_cleanup; a script's own
+# must call bench_cleanup) at exit, and exit 130, 143 or 129 on INT, TERM
+# or HUP (so that it runs then too); then bench_init.
+bench_traps ()
+{
+  # shellcheck disable=SC2064 # the function name, now
+  trap "${1:-bench_cleanup}" EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  trap 'exit 129' HUP
+  bench_init
+}
+
+# bench_outdir DIR NAME: a new directory in DIR (a tmpfs, say) for the
+# clients' output, removed by bench_cleanup; its path in $bench_outdir.
+bench_outdir=
+bench_outdir ()
+{
+  bench_outdir=$(mktemp -d "$1/racache-$2.XXXXXX")
 }
 
 # bench_sock NAME: the socket of server NAME; bench_uri NAME: its NBD URI.
@@ -371,6 +393,10 @@ bench_cleanup ()
     bench_client_pid=
   fi
   bench_stop_all
+  if [ -n "$bench_outdir" ]; then
+    rm -rf "$bench_outdir"
+    bench_outdir=
+  fi
   if [ -n "$bench_tmpdir" ] && [ -d "$bench_tmpdir" ]; then
     if [ -n "${BENCH_KEEP_TMP:-}" ]; then
       echo "${0##*/}: keeping $bench_tmpdir" >&2

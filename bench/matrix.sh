@@ -107,19 +107,9 @@ for t in $TOOLS; do
   esac
 done
 
-outdir=
-cleanup ()
-{
-  bench_cleanup
-  [ -n "$outdir" ] && rm -rf "$outdir"
-  return 0
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
-bench_init
-outdir=$(mktemp -d "$OUT_DIR/racache-matrix.XXXXXX")
+bench_traps
+bench_outdir "$OUT_DIR" matrix
+outdir=$bench_outdir
 mkdir -p "$IMAGE_DIR"
 
 # ---- images (made once per size; fixed seeds: a change here changes "v1") --

@@ -122,11 +122,7 @@ if [ ! -f "$FILTER" ]; then
   echo "servers.sh: $FILTER is not built: the ra-cache column will say n/a" >&2
 fi
 
-trap bench_cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
-bench_init
+bench_traps
 
 # ---- the disk (made once) ------------------------------------------------------
 disk=$IMAGE_DIR/disk-$DISK_SIZE-v1.img
