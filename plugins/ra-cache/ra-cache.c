@@ -81,7 +81,6 @@ struct handle {
   struct rc_stream *stream;
   bool bypass;                  /* this connection does not use the cache */
   enum rc_uncached_reason why;  /* ... and why (set before bypass) */
-  bool other_export;            /* it named another export */
   int multi_conn;               /* the plugin's can_multi_conn */
   bool connected;               /* counted by rc_cache_connect */
   /* A plugin without multi-conn: the requests of this connection on
@@ -740,10 +739,9 @@ ra_cache_open (nbdkit_next_open *next, nbdkit_context *nxdata,
   if (exportname && *exportname) {
     const char *def = get_cached_export ();
 
-    h->other_export = !def || strcmp (exportname, def) != 0;
+    h->why = RC_UNCACHED_OTHER_EXPORT;
+    h->bypass = !def || strcmp (exportname, def) != 0;
   }
-  h->why = RC_UNCACHED_OTHER_EXPORT;
-  h->bypass = h->other_export;
   return h;
 }
 
@@ -859,8 +857,8 @@ ra_cache_pread (nbdkit_next *next, void *handle, void *buf, uint32_t count,
   int r;
 
   if (!cached_begin (h)) {
-    /* bypass was set (with a release) after why: its acquiring load in
-     * cached_begin makes why visible here.
+    /* why was set before bypass, which cached_begin read with an
+     * acquiring load or under h->lock: why is visible here.
      */
     rc_note_uncached (cache, h->why, count);
     return BACKEND_CALL (next->pread (next, buf, count, offset, flags, err));
