@@ -5,9 +5,11 @@
  *
  * Lock order (a lock may be taken while holding those before it):
  *   1. a stream's lock (struct rc_stream)
- *   2. the page cache's shard locks (src/pagecache.c)
- *   3. the job queue's lock (c->q.lock)
- *   4. the connection pool's lock (c->pool.lock)
+ *   2. the near rule's lock (c->env.near_lock: around the engine's
+ *      decision, src/trigger.c)
+ *   3. the page cache's shard locks (src/pagecache.c)
+ *   4. the job queue's lock (c->q.lock)
+ *   5. the connection pool's lock (c->pool.lock)
  * A stream's lock is released before the batches of a window are
  * issued; the pool calls its hooks, which take the queue's lock, with
  * its own released.  The leaves (never held while taking another): a

@@ -77,6 +77,7 @@ rc_cache_new (const struct rc_config *cfg, const struct rc_backend *be,
   if (rc_workers_start (c, nworkers ? nworkers : 1) == -1) {
     int e = errno;
     rc_pc_free (c->pc);
+    rc_trigger_env_destroy (&c->env);
     free (c);
     errno = e;
     return NULL;
@@ -98,6 +99,7 @@ rc_cache_free (struct rc_cache *c)
   rc_workers_stop (c);
   rc_workers_join (c);
   rc_pc_free (c->pc);
+  rc_trigger_env_destroy (&c->env);
   rc_bounce_free_all (c);
   pthread_mutex_destroy (&c->bounce_lock);
   pthread_mutex_destroy (&c->size_lock);
@@ -400,23 +402,26 @@ env_decided (void *opaque, const struct rc_trigger *t)
 {
   struct rc_cache *c = opaque;
   unsigned shift = c->params.page_shift;
-  char line[320], dropped[64] = "";
+  char line[384], dropped[64] = "", behind[64] = "";
 
   if (!c->be.log_windows || !c->be.log)
     return;
+  if (t->w.behind > 0)
+    snprintf (behind, sizeof behind, ", %" PRIu64 " bytes before it",
+              (uint64_t) t->w.behind << shift);
   if (t->dropped > 0)
     snprintf (dropped, sizeof dropped, ", async part dropped (%" PRIu64
               " bytes: the backend is busy)", (uint64_t) t->dropped << shift);
   snprintf (line, sizeof line,
             "ra-cache: window: stream %u, %s trigger at %" PRIu64
             ", branch %s (%s): %" PRIu64 "+%" PRIu64 " bytes, async part %"
-            PRIu64 "%s%s%s%s",
+            PRIu64 "%s%s%s%s%s",
             t->owner, t->marker ? "async" : "sync",
             (uint64_t) t->index << shift,
             ra_branch_name (t->w.branch),
             ra_branch_description (t->w.branch),
             (uint64_t) t->w.start << shift, (uint64_t) t->w.size << shift,
-            (uint64_t) t->w.async_size << shift,
+            (uint64_t) t->w.async_size << shift, behind,
             t->covered ? ", covered (the client's reads keep the backend busy)" : "",
             t->yielded ? ", yielded to a random reader" : "",
             t->around ? ", read around the cache" : "", dropped);

@@ -37,7 +37,7 @@ enum page_flags {
   PF_KEEP = 16,    /* active once read: read at random (branch G), or
                     * read again after drop-behind gave it back */
   PF_NEAR = 32,    /* async part of a near window (branch N): its first
-                    * use is a hit for the owner (rc_pc_take_near_hits) */
+                    * use soon is a near hit (rc_pc_take_near_hits) */
 };
 
 /* The list an up to date page is on (in-flight pages are on none). */
@@ -52,6 +52,8 @@ struct page {
   uint8_t flags;
   uint8_t list;                    /* enum page_list */
   uint16_t owner;                  /* stream that read it ahead, 0 = none */
+  uint16_t near_step;              /* PF_NEAR: the near step (low bits)
+                                    * when it was inserted */
   char *data;
 };
 
@@ -115,10 +117,11 @@ struct rc_pagecache {
    * taken by rc_pc_take_wasted.
    */
   _Atomic uint32_t wasted[RC_PC_OWNERS];
-  /* Per stream (owner): pages of its near windows' async parts that a
-   * client used, not yet taken by rc_pc_take_near_hits.
+  /* Pages of near windows' async parts that a client used soon, not
+   * yet taken by rc_pc_take_near_hits; the near steps so far.
    */
-  _Atomic uint32_t near_hits[RC_PC_OWNERS];
+  _Atomic uint32_t near_hits;
+  _Atomic uint32_t near_step;
 };
 
 static inline struct shard *

@@ -447,6 +447,8 @@ rc_pc_insert (struct rc_pagecache *pc, ra_pgoff index, bool marker,
        ? PF_KEEP : 0);
   p->list = L_NONE;
   p->owner = (uint16_t) (owner % RC_PC_OWNERS);
+  p->near_step = (uint16_t) atomic_load_explicit (&pc->near_step,
+                                                  memory_order_relaxed);
   if (marker)
     atomic_fetch_add_explicit (&pc->markers, 1, memory_order_relaxed);
   p->lprev = p->lnext = NULL;
@@ -680,9 +682,11 @@ read_once (struct rc_pagecache *pc, struct shard *s, struct page *p,
   if (p->flags & PF_UNUSED) {
     if (p->flags & PF_AHEAD)
       STAT_ADD (pc->stats, ahead_used_pages, 1);
-    if ((p->flags & PF_NEAR) && p->owner)
-      atomic_fetch_add_explicit (&pc->near_hits[p->owner], 1,
-                                 memory_order_relaxed);
+    if ((p->flags & PF_NEAR) &&
+        (uint16_t) (atomic_load_explicit (&pc->near_step,
+                                          memory_order_relaxed)
+                    - p->near_step) <= RC_PC_NEAR_HORIZON)
+      atomic_fetch_add_explicit (&pc->near_hits, 1, memory_order_relaxed);
     to = (p->flags & PF_KEEP) ? L_ACTIVE : L_INACTIVE;
     p->flags &= ~(PF_UNUSED | PF_AHEAD | PF_KEEP | PF_NEAR);
   }
@@ -879,8 +883,13 @@ rc_pc_take_wasted (struct rc_pagecache *pc, unsigned owner)
 }
 
 uint32_t
-rc_pc_take_near_hits (struct rc_pagecache *pc, unsigned owner)
+rc_pc_take_near_hits (struct rc_pagecache *pc)
 {
-  return atomic_exchange_explicit (&pc->near_hits[owner % RC_PC_OWNERS], 0,
-                                   memory_order_relaxed);
+  return atomic_exchange_explicit (&pc->near_hits, 0, memory_order_relaxed);
+}
+
+void
+rc_pc_near_step (struct rc_pagecache *pc)
+{
+  atomic_fetch_add_explicit (&pc->near_step, 1, memory_order_relaxed);
 }

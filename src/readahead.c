@@ -127,48 +127,62 @@
  *
  * A file system read through the kernel (tar, a build, a boot) reads
  * many small files and their metadata: reads in roughly increasing
- * order with small gaps, often spread by the client over several
- * connections.  A to F see no stream in that, and G read exactly what
- * was asked, one backend round trip per read.  Linux swap readahead
- * (mm/swap_state.c, __swapin_nr_pages) meets the same kind of access
- * and sizes the window around each fault from how many of the pages it
- * read ahead before were hit since; the near rule does the same for a
- * miss that A-F do not explain, per stream:
+ * order with small gaps, or, on a file system filled through the
+ * kernel, spread over its block groups (a directory's blocks, its inode
+ * table, its files' data: each region a few hundred KiB, the regions
+ * MiB apart), often spread by the client over several connections.  A
+ * to F see no stream in that, and G reads exactly what was asked, one
+ * backend round trip per read.  Linux swap readahead (mm/swap_state.c,
+ * __swapin_nr_pages) meets the same kind of access and sizes the window
+ * around each fault from how many of the pages it read ahead before
+ * were hit since; the near rule does the same for a miss that A-F do
+ * not explain.  Its state (struct ra_near) is ra_control's near, one
+ * for all of an export's streams (the caller serializes), else the
+ * stream's own:
  *
- *  - near: the miss starts within 1 MiB of the stream's last such miss
- *    (of its first page, or of the end of what was read for it), and
- *    within a 256th of the export (on a small export 1 MiB is much of
- *    it: a random reader's miss is near the one before with a chance of
- *    1 in 128 at most, on any export);
  *  - near hits (struct ra_inputs near_hits, from the page cache): pages
- *    of the stream's N windows' async parts that a client read for the
- *    first time, whichever connection read them;
- *  - the last N window was used when at least two of its pages were
- *    hit and a sixteenth of it.  Then the next near miss gets a window
- *    of the same async size, or twice it (and at least the hits + 2
- *    rounded up to a power of two, as swap) when an eighth was hit:
- *    its reads lie further apart than it reaches, and a window is
- *    worth a backend round trip per hit read;
- *  - hit, but less: half of it (swap's "don't shrink too fast");
- *  - not hit at all, or no N window yet: exact (G), unless this is the
- *    2^(fails+1)-th near miss in a row since the last window: then a
- *    trial window of 256 KiB beyond the request (at least the request's
- *    size, rounded up to a power of two).  fails counts the N windows
- *    in a row not used (at most 10): a stream whose trials are not hit
- *    tries ever more rarely, one in 2048 near misses at most, until
- *    a miss that is not near (another region) resets fails;
- *  - a miss that is not near is exact (G), and so is a miss inside the
- *    last one's request (a read retried after an error), which changes
- *    nothing;
- *  - the window is [index, index + req + async) within the stream's
- *    cap, its sync part the request, the marker on its first async page
- *    like any window: B or C go on from it if the reader reaches it.
+ *    of N windows' async parts that a client read for the first time
+ *    soon after the window (the page cache's horizon: within
+ *    RC_PC_NEAR_HORIZON misses that no stream explains).  A page used
+ *    later says nothing of the misses around it: a random reader over a
+ *    small export in a cache that holds it uses much of what was read,
+ *    in the end;
+ *  - used and read: the near hits, and the pages N windows read ahead,
+ *    each sum decayed by an eighth at each such miss; a window counts in
+ *    read once RA_NEAR_RIPE misses have passed since it (until then it
+ *    is pending: its hits may still come);
+ *  - good: used is at least a 32nd of read and pending together.  Then
+ *    the miss gets a window of the current size, wherever it falls (a
+ *    trial's size if there was none), doubled when used is an eighth,
+ *    up to 1 MiB beyond the request;
+ *  - poor: used is less than a 32nd of read alone (windows that have
+ *    had their time).  The size halves, and below 64K it is nothing:
+ *    the trial failed (fails counts them, at most 10);
+ *  - neither (windows wait for their hits), or no size: exact (G),
+ *    unless the miss is the 2^(fails+1)-th in a row to fall in the
+ *    region of one of the last RA_NEAR_REGIONS misses (a region is 1
+ *    MiB, or a 256th of the export if that is less): then a trial
+ *    window of 256 KiB beyond the request (at least the request's size,
+ *    rounded up to a power of two).  A stream whose trials are not hit
+ *    tries ever more rarely, one in 2048 such misses at most;
+ *  - a miss inside the last one's request (a read retried after an
+ *    error) is exact and changes nothing;
+ *  - the pages read are the block of that size (within the stream's
+ *    cap) aligned on its size that holds index, and the request: a file
+ *    system reads a region out of order (an inode table in hash order, a
+ *    directory's files), before the miss as often as after it.  The
+ *    window is [index, index + req + async), its sync part the request,
+ *    the marker on its first async page like any window (B or C go on
+ *    from it if the reader reaches it); the block's pages before index
+ *    are the window's behind (struct ra_window), which the trigger reads
+ *    as async pages, without a marker, when an async part may be kept.
  *
  * A random reader therefore reads exactly its requests unless two of
- * its misses in a row are each near the one before (a chance of 1 in
- * 16384 a miss at most, about 4 in a million for 4K reads over 1 GiB),
- * and then one trial window, never grown as it is not hit.  Kernel mode never
- * takes N: its branches are those of doc/readahead-rules.md.
+ * its misses in a row each fall in the region of one of the eight
+ * before (a chance of 1 in 1024 a miss at most, on any export), and
+ * then one trial window, not hit soon, after which the next trial
+ * waits twice as long.  Kernel mode never takes N: its branches are
+ * those of doc/readahead-rules.md.
  */
 
 #include <config.h>
@@ -395,6 +409,7 @@ emit (const struct ra_state *ra, const struct ra_params *p,
 
   w->branch = branch;
   w->start = ra->start;
+  w->behind = 0;
   if (ra->start >= nr) {
     w->size = w->async_size = 0;
     w->marker = RA_NO_MARKER;
@@ -565,42 +580,69 @@ ra_late (struct ra_state *ra, const struct ra_params *p, ra_pgoff index)
 
 /* The near rule (branch N, adaptive mode). */
 
-#define NEAR_REACH_BYTES (UINT64_C (1) << 20) /* "near": within 1 MiB */
-#define NEAR_EXPORT_FRACTION 256        /* ... and a 256th of the export */
-#define NEAR_TRIAL_BYTES (UINT64_C (256) << 10) /* a first window: 256K */
+#define NEAR_REACH_BYTES (UINT64_C (1) << 20) /* a region: 1 MiB */
+#define NEAR_EXPORT_FRACTION 256        /* ... at most a 256th of the export */
+#define NEAR_TRIAL_BYTES (UINT64_C (256) << 10) /* a trial: 256K */
+#define NEAR_MIN_BYTES (UINT64_C (64) << 10)    /* smaller: read exactly */
+#define NEAR_MAX_BYTES (UINT64_C (1) << 20)     /* the largest: 1 MiB */
 #define NEAR_MAX_FAILS 10       /* a trial at most every 2^11 misses */
+#define NEAR_KEEP_DIV 32       /* kept while a 32nd is used soon */
+#define NEAR_GROW_DIV 8         /* doubled while an eighth is */
 
+/* bytes in pages, at least one. */
 static ra_pgoff
-max_pg (ra_pgoff a, ra_pgoff b)
+near_pages (const struct ra_params *p, uint64_t bytes)
 {
-  return a > b ? a : b;
+  ra_pgoff n = bytes >> p->page_shift;
+
+  return n > 0 ? n : 1;
 }
 
-/* The async part of a first near window. */
+/* The async part of a trial window. */
 static ra_pgoff
 trial_pages (const struct ra_params *p, ra_pgoff req)
 {
-  ra_pgoff t = NEAR_TRIAL_BYTES >> p->page_shift;
+  ra_pgoff t = near_pages (p, NEAR_TRIAL_BYTES);
 
-  return roundup_pow2 (req > t ? req : t ? t : 1);
+  return roundup_pow2 (req > t ? req : t);
 }
 
-/* Is a miss at [index, index + req) near the last one the rule saw?
- * Near is within 1 MiB, and within a 256th of the export: so that on
- * any export a random reader's miss is near the one before with a
- * chance of 1 in 128 at most.
+/* The region of page index: 1 MiB, or a 256th of the export if that is
+ * less, so that on any export a random reader's miss falls in one of
+ * the RA_NEAR_REGIONS latest misses' regions with a chance of 1 in 32
+ * at most.
  */
-static bool
-near_last (const struct ra_near *n, const struct ra_params *p,
-           ra_pgoff index, ra_pgoff req)
+static ra_pgoff
+region_of (const struct ra_params *p, ra_pgoff index)
 {
   uint64_t bytes = p->export_size / NEAR_EXPORT_FRACTION;
   ra_pgoff reach = (bytes < NEAR_REACH_BYTES ? bytes : NEAR_REACH_BYTES)
     >> p->page_shift;
 
-  if (reach == 0)
-    reach = 1;
-  return n->valid && index + req + reach > n->lo && index < n->hi + reach;
+  return index / (reach > 0 ? reach : 1);
+}
+
+/* Is region r one of the latest misses' regions?  Make it the latest. */
+static bool
+near_recent (struct ra_near *n, ra_pgoff r)
+{
+  unsigned i, k = n->nrecent;
+  bool found = false;
+
+  for (i = 0; i < n->nrecent; i++)
+    if (n->recent[i] == r) {
+      found = true;
+      k = i;
+      break;
+    }
+  if (k == RA_NEAR_REGIONS)
+    k--;
+  else if (k == n->nrecent)
+    n->nrecent++;
+  for (i = k; i > 0; i--)
+    n->recent[i] = n->recent[i - 1];
+  n->recent[0] = r;
+  return found;
 }
 
 /* Decide the async part for a miss at [index, index + req) that
@@ -611,45 +653,73 @@ static ra_pgoff
 near_ahead (struct ra_near *n, const struct ra_params *p,
             ra_pgoff index, ra_pgoff req, ra_pgoff max)
 {
-  ra_pgoff hits = n->hits, ahead = 0;
-  bool near, used;
+  ra_pgoff ahead = n->ahead, issue, lo = near_pages (p, NEAR_MIN_BYTES);
+  double all;
+  bool local, good, poor;
 
   /* The last miss's own pages again (a read retried after an error, or
    * pages evicted at once): not a new read, and nothing to learn.
    */
+  n->behind = 0;
   if (n->valid && index < n->req_end && index + req > n->lo)
     return 0;
-  near = near_last (n, p, index, req);
-  /* The last window was used: two of its pages at least, and a
-   * sixteenth of it.
+  local = near_recent (n, region_of (p, index));
+  n->streak = local ? n->streak + 1 : 0;
+  /* The windows of RA_NEAR_RIPE misses ago have had their time: they
+   * count in read; the later ones wait in pending.
    */
-  used = n->ahead > 0 && hits >= 2 && 16 * hits >= n->ahead;
-
+  n->used += (double) n->hits;
   n->hits = 0;
-  if (used)
+  n->read += (double) n->ring[n->pos];
+  n->pending -= n->ring[n->pos];
+  all = n->read + (double) n->pending;
+  good = all > 0 && NEAR_KEEP_DIV * n->used >= all;
+  poor = n->read > 0 && NEAR_KEEP_DIV * n->used < n->read;
+  issue = 0;
+  if (good) {
+    /* An eighth of all used soon (later windows too): a window, grown
+     * when half is.
+     */
     n->fails = 0;
-  else if (n->ahead > 0 && n->fails < NEAR_MAX_FAILS)
-    n->fails++;
-  n->streak = near ? n->streak + 1 : 0;
-  if (!near)
-    n->fails = 0;               /* another region: another chance */
-  else if (used)                /* an eighth used: double it, else keep */
-    ahead = 8 * hits >= n->ahead
-      ? max_pg (2 * n->ahead, roundup_pow2 (hits + 2)) : n->ahead;
-  else if (n->ahead > 0 && hits > 0)
-    ahead = n->ahead / 2;       /* little used: halve it */
-  else if (n->streak >= (2u << n->fails))
-    ahead = trial_pages (p, req);       /* a first window: a trial */
-  if (req + ahead > max)
-    ahead = max > req ? max - req : 0;
-  if (ahead > 0)
+    if (ahead == 0)
+      ahead = trial_pages (p, req);
+    else if (NEAR_GROW_DIV * n->used >= all)
+      ahead = min_pg (2 * ahead, near_pages (p, NEAR_MAX_BYTES));
+    issue = ahead;
+  }
+  else if (ahead > 0 && poor) {
+    /* Less, of windows that have had their time: halve it, down to
+     * nothing (a trial not used).
+     */
+    ahead /= 2;
+    if (ahead < lo) {
+      ahead = 0;
+      if (n->fails < NEAR_MAX_FAILS)
+        n->fails++;
+    }
+  }
+  else if (ahead == 0 && local && n->streak >= (2u << n->fails))
+    ahead = issue = trial_pages (p, req);
+  /* else: a window is waiting for its hits: read exactly meanwhile. */
+  if (issue > 0)
     n->streak = 0;              /* counts the misses since a window */
+  n->used -= n->used / 8;
+  n->read -= n->read / 8;
+  n->ahead = ahead;
   n->lo = index;
   n->req_end = index + req;
-  n->hi = index + req + ahead;
-  n->ahead = ahead;
   n->valid = true;
-  return ahead;
+  if (req + issue > max)
+    issue = max > req ? max - req : 0;
+  /* The block of issue pages aligned on its size that holds index: the
+   * pages of a region a file system reads out of order (an inode table,
+   * a directory's files) are before the miss as often as after it.
+   */
+  n->behind = issue > 0 ? index % issue : 0;
+  n->ring[n->pos] = issue;
+  n->pending += issue;
+  n->pos = (n->pos + 1) % RA_NEAR_RIPE;
+  return issue > n->behind + req ? issue - n->behind - req : 0;
 }
 
 void
@@ -786,7 +856,7 @@ context (struct ra_state *ra, const struct ra_cache_ops *cache,
 static enum ra_branch
 sync_ra (struct ra_state *ra, const struct ra_params *p,
          const struct ra_cache_ops *cache, void *opaque,
-         ra_pgoff index, ra_pgoff req, ra_pgoff max, bool adaptive)
+         ra_pgoff index, ra_pgoff req, ra_pgoff max, struct ra_near *near)
 {
   enum ra_branch b;
   ra_pgoff ahead;
@@ -805,10 +875,10 @@ sync_ra (struct ra_state *ra, const struct ra_params *p,
       return initial (ra, index, req, max, RA_E_SEQ_MISS);
   }
   b = context (ra, cache, opaque, index, req, max);
-  if (b != RA_NONE || !adaptive)
+  if (b != RA_NONE || !near)
     return b;
-  ahead = near_ahead (&ra->near, p, index, req, max);
-  if (ahead == 0)
+  ahead = near_ahead (near, p, index, req, max);
+  if (ahead == 0 && near->behind == 0)
     return RA_NONE;
   ra->start = index;
   ra->size = req + ahead;
@@ -821,11 +891,12 @@ sync_ra (struct ra_state *ra, const struct ra_params *p,
  * place of ra_max.
  */
 static ra_pgoff
-adapt_prologue (struct ra_state *ra, const struct ra_params *p,
-                const struct ra_inputs *in, ra_pgoff index, bool marker)
+adapt_prologue (struct ra_state *ra, struct ra_near *near,
+                const struct ra_params *p, const struct ra_inputs *in,
+                ra_pgoff index, bool marker)
 {
   if (in)
-    ra->near.hits += in->near_hits;
+    near->hits += in->near_hits;
   if (marker && index == ra->start + ra->size - ra->async_size &&
       ra->size > 0)
     adapt_sequential (&ra->ad, in, index);
@@ -841,12 +912,13 @@ ra_ondemand_at (const struct ra_control *ctl, struct ra_window *w)
   bool marker = ctl->marker;
   ra_pgoff max = p->ra_max;
   bool adaptive = p->mode == RA_MODE_ADAPTIVE && max > 0;
+  struct ra_near *near = ctl->near ? ctl->near : &ra->near;
   enum ra_branch branch;
 
   if (req == 0)
     req = 1;
   if (adaptive)
-    max = adapt_prologue (ra, p, ctl->in, index, marker);
+    max = adapt_prologue (ra, near, p, ctl->in, index, marker);
 
   /* Readahead off: a sync trigger reads exactly the request (the cache
    * still serves hits); there are no markers to trigger on.
@@ -869,7 +941,7 @@ ra_ondemand_at (const struct ra_control *ctl, struct ra_window *w)
     branch = async_ra (ra, p, ctl->cache, ctl->opaque, index, req, max);
   else
     branch = sync_ra (ra, p, ctl->cache, ctl->opaque, index, req, max,
-                      adaptive);
+                      adaptive ? near : NULL);
   if (branch == RA_NONE) {
     /* No hole after an unexplained marker: nothing to read; else G: a
      * random read: exactly the request, state untouched.
@@ -897,6 +969,8 @@ ra_ondemand_at (const struct ra_control *ctl, struct ra_window *w)
     }
   }
   emit (ra, p, branch, w);
+  if (branch == RA_N_NEAR)
+    w->behind = near->behind;
 }
 
 bool

@@ -121,11 +121,12 @@ rc_read_decide (struct ra_state *ra, const struct ra_params *p,
                 const struct ra_cache_ops *cache, void *opaque,
                 const struct rc_read *rd, ra_pgoff index, bool marker,
                 ra_pgoff last, const struct ra_inputs *in,
-                struct ra_window *w)
+                struct ra_near *near, struct ra_window *w)
 {
   const struct ra_control ctl = {
     .ra = ra, .p = p, .cache = cache, .opaque = opaque,
     .index = index, .marker = marker, .req = last - index, .in = in,
+    .near = near,
   };
 
 #if RC_PREV_POS_PER_BATCH

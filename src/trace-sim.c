@@ -697,6 +697,7 @@ void
 sim_free (struct sim *s)
 {
   rc_pc_free (s->pc);
+  rc_trigger_env_destroy (&s->env);
   free (s->slot_free);
   free (s->heap);
   free (s->streams);

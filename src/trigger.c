@@ -46,6 +46,14 @@ rc_trigger_env_init (struct rc_trigger_env *env,
   env->st = st;
   atomic_store (&env->random_wait_ns, 0);
   atomic_store (&env->random_wait_owner, 0);
+  pthread_mutex_init (&env->near_lock, NULL);
+  env->near = (struct ra_near) { 0 };
+}
+
+void
+rc_trigger_env_destroy (struct rc_trigger_env *env)
+{
+  pthread_mutex_destroy (&env->near_lock);
 }
 
 void
@@ -145,6 +153,8 @@ static const struct ra_submit_ops submit_ops = {
   .batch = submit_batch,
 };
 
+static bool may_keep_async (struct rc_trigger_env *env);
+
 /* Insert t's window (forced: NBD_CMD_CACHE) in batches of t->io pages. */
 static void
 submit (struct rc_trigger_env *env, struct rc_trigger *t, bool forced)
@@ -159,6 +169,22 @@ submit (struct rc_trigger_env *env, struct rc_trigger *t, bool forced)
 
   STAT_ADD (env->st, windows[t->w.branch], 1);
   ra_submit (&t->w, t->io, &submit_ops, &sub, &t->res);
+  /* The near rule's pages before the window (branch N): speculation
+   * with no marker, read only when an async part may be kept now.
+   */
+  if (t->w.behind > 0 && t->w.behind <= t->w.start && !forced &&
+      may_keep_async (env)) {
+    const struct ra_window b = {
+      .branch = t->w.branch, .start = t->w.start - t->w.behind,
+      .size = t->w.behind, .async_size = t->w.behind,
+      .marker = RA_NO_MARKER,
+    };
+    struct ra_submit_result res;
+
+    ra_submit (&b, t->io, &submit_ops, &sub, &res);
+    t->res.async_pages += res.async_pages;
+    t->res.batches += res.batches;
+  }
 }
 
 /* Would an async part be kept now?  Not when the congestion rule says
@@ -343,8 +369,18 @@ decide_and_submit (struct rc_trigger_env *env, struct rc_trigger *t)
     if (in.wasted > 0)
       STAT_ADD (env->st, adapt_waste_events, 1);
   }
-  rc_read_decide (t->ra, p, env->cache_ops->query, env->cache, t->rd,
-                  t->index, t->marker, t->last, inp, &t->w);
+  if (inp) {
+    ACQUIRE_LOCK (&env->near_lock);
+    rc_read_decide (t->ra, p, env->cache_ops->query, env->cache, t->rd,
+                    t->index, t->marker, t->last, inp, &env->near, &t->w);
+    RELEASE_LOCK (&env->near_lock);
+    if ((t->w.branch == RA_G_RANDOM || t->w.branch == RA_N_NEAR) &&
+        env->cache_ops->near_step)
+      env->cache_ops->near_step (env->cache);
+  }
+  else
+    rc_read_decide (t->ra, p, env->cache_ops->query, env->cache, t->rd,
+                    t->index, t->marker, t->last, NULL, NULL, &t->w);
   if (inp) {
     atomic_store_explicit (&env->st->adapt_cap_pages, t->ra->ad.cap,
                            memory_order_relaxed);
@@ -465,7 +501,13 @@ pc_inputs (void *cache, unsigned owner, struct ra_inputs *in)
 {
   in->share = ra_fair_share (rc_pc_capacity (cache), rc_pc_markers (cache));
   in->wasted = rc_pc_take_wasted (cache, owner);
-  in->near_hits = rc_pc_take_near_hits (cache, owner);
+  in->near_hits = rc_pc_take_near_hits (cache);
+}
+
+static void
+pc_near_step (void *cache)
+{
+  rc_pc_near_step (cache);
 }
 
 const struct rc_trigger_cache_ops rc_pc_trigger_ops = {
@@ -474,4 +516,5 @@ const struct rc_trigger_cache_ops rc_pc_trigger_ops = {
   .abandon = pc_abandon,
   .take_marker = pc_take_marker,
   .inputs = pc_inputs,
+  .near_step = pc_near_step,
 };

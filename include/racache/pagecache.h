@@ -70,7 +70,8 @@ enum rc_insert_kind {
   RC_INSERT_RANDOM,  /* a random read (branch G): kept as active once read */
   RC_INSERT_NEAR,    /* async part of a near window (branch N): as
                       * RC_INSERT_AHEAD, and its first use counts as a
-                      * near hit for its owner (rc_pc_take_near_hits) */
+                      * near hit (rc_pc_take_near_hits) if it comes
+                      * soon: within RC_PC_NEAR_HORIZON near steps */
   /* (Any page but a forced one is kept so, too, if drop-behind gave its
    * group back lately: it is being read again.) */
 };
@@ -92,11 +93,21 @@ bool rc_pc_insert (struct rc_pagecache *pc, ra_pgoff index, bool marker,
 /* Read-ahead pages of owner evicted unused since the last call. */
 uint32_t rc_pc_take_wasted (struct rc_pagecache *pc, unsigned owner);
 
-/* Pages of owner's near windows' async parts (RC_INSERT_NEAR) that a
- * client read for the first time since the last call: the hits that
- * size its next near window (branch N, adaptive mode).
+/* Pages of near windows' async parts (RC_INSERT_NEAR) that a client
+ * read for the first time since the last call, at most
+ * RC_PC_NEAR_HORIZON near steps after they were inserted: the hits that
+ * size the next near window (branch N, adaptive mode).  A page used
+ * later than that is no sign that the misses around it are worth
+ * reading ahead: a random reader over a small export in a large cache
+ * uses, in the end, much of what was read.
  */
-uint32_t rc_pc_take_near_hits (struct rc_pagecache *pc, unsigned owner);
+#define RC_PC_NEAR_HORIZON 128
+uint32_t rc_pc_take_near_hits (struct rc_pagecache *pc);
+
+/* One more miss that no stream explains (a window of branch G or N):
+ * the clock of RC_PC_NEAR_HORIZON.
+ */
+void rc_pc_near_step (struct rc_pagecache *pc);
 
 /* Clear the marker of page index if it carries one; true if it did. */
 bool rc_pc_take_marker (struct rc_pagecache *pc, ra_pgoff index);

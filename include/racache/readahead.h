@@ -31,8 +31,8 @@ enum ra_branch {
   RA_E_SEQ_MISS,    /* E: sequential miss next to prev_pos */
   RA_F_CONTEXT,     /* F: context readahead from cached history */
   RA_G_RANDOM,      /* G: random read: exactly the request, no marker */
-  RA_N_NEAR,        /* N: adaptive mode only: a miss near the stream's
-                     * recent misses, window sized by its near hits */
+  RA_N_NEAR,        /* N: adaptive mode only: a miss no stream explains,
+                     * window sized by near hits (the near rule) */
   RA_FORCED,        /* forced readahead (NBD_CMD_CACHE), no marker */
   RA_OFF,           /* ra_max == 0: exactly the request, no marker */
   RA_NR_BRANCHES
@@ -74,23 +74,39 @@ struct ra_adapt {
   uint64_t waste_events;/* calls that reported pages evicted unused */
 };
 
-/* Adaptive mode's near rule (branch N), per stream: a sync miss that
- * branches A-F do not explain, near the stream's previous such miss, in
- * the spirit of Linux swap readahead (mm/swap_state.c,
- * __swapin_nr_pages): the window beyond the request grows while the
- * pages the previous near windows read ahead are used (near hits), and
- * shrinks, no faster than by half a miss, to nothing when they are not.
- * See "The near rule" in src/readahead.c.  All zero in kernel mode.
+/* Adaptive mode's near rule (branch N): a sync miss that branches A-F
+ * do not explain, in the spirit of Linux swap readahead
+ * (mm/swap_state.c, __swapin_nr_pages): the window beyond the request
+ * grows while the pages earlier near windows read ahead are used soon
+ * (near hits), and shrinks to nothing when they are not.  One is shared
+ * by all the streams of an export (ra_control's near: a file system
+ * read through the kernel spreads its misses over several connections),
+ * else each stream uses its own.  See "The near rule" in
+ * src/readahead.c.  All zero in kernel mode.
  */
+#define RA_NEAR_REGIONS 8
+#define RA_NEAR_RIPE 8
 struct ra_near {
-  ra_pgoff lo, hi;      /* the last such miss: its first page, and the
-                         * end of what was read for it */
-  ra_pgoff req_end;     /* the end of its request */
-  ra_pgoff ahead;       /* the async part read for it (0: exact read) */
-  ra_pgoff hits;        /* near hits (struct ra_inputs) since then */
-  unsigned streak;      /* misses in a row each near the one before */
-  unsigned fails;       /* near windows in a row that got no hit */
-  bool valid;           /* lo and hi describe a miss */
+  ra_pgoff recent[RA_NEAR_REGIONS]; /* regions of the latest such misses,
+                                     * the latest first */
+  unsigned nrecent;     /* entries of recent[] in use */
+  ra_pgoff lo, req_end; /* the latest such miss: its request */
+  bool valid;           /* lo and req_end describe a miss */
+  ra_pgoff ahead;       /* the pages a near window reads beyond the
+                         * request now (0: the miss is read exactly) */
+  ra_pgoff behind;      /* of the latest window, those before it */
+  ra_pgoff ring[RA_NEAR_RIPE]; /* the async parts of the latest misses'
+                         * near windows (0: none), pos the oldest */
+  unsigned pos;
+  ra_pgoff pending;     /* their sum */
+  ra_pgoff hits;        /* near hits (struct ra_inputs) since the last
+                         * miss */
+  double used, read;    /* near hits, and pages read ahead by near
+                         * windows older than RA_NEAR_RIPE misses, each
+                         * decayed by an eighth a miss */
+  unsigned streak;      /* misses in a row near a recent one, since the
+                         * last trial */
+  unsigned fails;       /* trials in a row that were not used */
 };
 
 /* Stream state: one per NBD connection (the kernel keeps one per open
@@ -104,7 +120,8 @@ struct ra_state {
   uint64_t prev_pos;    /* byte after the end of the last read */
   bool prev_valid;      /* false until the first read completes */
   struct ra_adapt ad;   /* adaptive mode only */
-  struct ra_near near;  /* adaptive mode only */
+  struct ra_near near;  /* adaptive mode only, when ra_control's near
+                         * is NULL */
   bool covered;         /* its last trigger found the client's own reads
                          * covering the backend (src/trigger.c) */
 };
@@ -135,9 +152,12 @@ struct ra_inputs {
   ra_pgoff share;       /* fair share of the cache per stream; 0 = no bound */
   ra_pgoff wasted;      /* this stream's read-ahead pages evicted unused
                          * since its last decision */
-  ra_pgoff near_hits;   /* pages of this stream's near windows' async
-                         * parts (branch N) that a client read for the
-                         * first time since its last decision */
+  ra_pgoff near_hits;   /* pages of near windows' async parts (branch
+                         * N) that a client read for the first time, soon
+                         * after they were read (the caller's horizon),
+                         * since the last decision: the near rule's own
+                         * windows' (ra_control's near), else this
+                         * stream's */
   ra_pgoff yield_max;   /* while other clients wait for reads at random
                          * beside this stream, its largest window
                          * (pages); 0 = no such bound */
@@ -215,6 +235,10 @@ struct ra_window {
   ra_pgoff size;
   ra_pgoff async_size;
   ra_pgoff marker;
+  ra_pgoff behind;      /* branch N only: pages just before start, read
+                         * with the async part (the near rule reads an
+                         * aligned block around the miss); not part of
+                         * the window the stream state records */
 };
 
 void ra_state_init (struct ra_state *ra);
@@ -255,6 +279,10 @@ struct ra_control {
                                  * then an adaptive stream's cap is its
                                  * limit, as if nothing were measured
                                  * yet.  Ignored in kernel mode */
+  struct ra_near *near;         /* the near rule's state shared by the
+                                 * export's streams (updated; the caller
+                                 * serializes), or NULL: the stream's
+                                 * own (ra->near).  Adaptive mode only */
 };
 
 /* ondemand() with adaptive mode's measurements (ctl->in), deciding the

@@ -118,14 +118,15 @@ int rc_read_path (const struct rc_read_ops *ops, void *opaque,
 /* The decision of a trigger at page index of a read ending at page
  * last: ra_ondemand_at, with req (req_count) = last - index.  rd is
  * the client read the trigger serves, or NULL (an early trigger); in
- * may be NULL (kernel mode, or nothing measured).  See
- * RC_PREV_POS_PER_BATCH for prev_pos.
+ * may be NULL (kernel mode, or nothing measured); near is the near
+ * rule's shared state (ra_control's near), held by the caller, or NULL.
+ * See RC_PREV_POS_PER_BATCH for prev_pos.
  */
 void rc_read_decide (struct ra_state *ra, const struct ra_params *p,
                      const struct ra_cache_ops *cache, void *opaque,
                      const struct rc_read *rd, ra_pgoff index, bool marker,
                      ra_pgoff last, const struct ra_inputs *in,
-                     struct ra_window *w);
+                     struct ra_near *near, struct ra_window *w);
 
 /* ---- drop-behind ------------------------------------------------------ */
 

@@ -58,9 +58,14 @@ struct rc_trigger_cache_ops {
   /* Take the marker off page index if it carries one (early trigger). */
   bool (*take_marker) (void *cache, ra_pgoff index);
   /* Optional (adaptive mode): the cache's part of the engine's inputs:
-   * share, and owner's wasted and near_hits since its last decision.
+   * share, owner's wasted since its last decision, and the near hits
+   * since the last decision of any stream.
    */
   void (*inputs) (void *cache, unsigned owner, struct ra_inputs *in);
+  /* Optional (adaptive mode): a miss no stream explained was decided
+   * (branch G or N): the clock of the near hits' horizon.
+   */
+  void (*near_step) (void *cache);
 };
 
 /* The filter's cache: src/pagecache.c. */
@@ -116,6 +121,14 @@ struct rc_trigger_env {
    */
   _Atomic uint64_t random_wait_ns;
   _Atomic unsigned random_wait_owner;
+  /* The near rule's state (branch N), shared by the streams: a file
+   * system read through the kernel spreads its misses over several
+   * connections.  near_lock is taken inside a stream's lock, around
+   * the engine's decision, and nothing but the cache's shard locks
+   * (its queries) inside it.
+   */
+  pthread_mutex_t near_lock;
+  struct ra_near near;
 };
 
 /* A window's batches: a list that starts inside struct rc_trigger and
@@ -155,6 +168,7 @@ struct rc_trigger {
   struct rc_batch inline_b[RC_TRIGGER_INLINE_BATCHES];
 };
 
+void rc_trigger_env_destroy (struct rc_trigger_env *env);
 void rc_trigger_env_init (struct rc_trigger_env *env,
                           const struct rc_trigger_ops *ops, void *opaque,
                           const struct rc_trigger_cache_ops *cache_ops,

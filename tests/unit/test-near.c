@@ -5,8 +5,9 @@
  *
  * The simulated cache reports near hits as the filter's page cache does
  * (rc_pc_take_near_hits): the first client read of a page that an N
- * window's async part brought in counts one, handed to the engine at
- * its next decision (struct ra_inputs).  It reports no cached history
+ * window's async part brought in counts one if it comes within
+ * RC_PC_NEAR_HORIZON misses (G or N decisions) of the window, handed to
+ * the engine at its next decision (struct ra_inputs).  It reports no cached history
  * (the cache op history returns 0), so that context readahead (F) never
  * takes the misses these tests make: they look at N alone.  Pages of
  * 4 KiB, ra_max 2048 pages (8 MiB), io_max 256, adapt_min 32, an export
@@ -18,6 +19,7 @@
 #include <string.h>
 #include <check.h>
 
+#include "racache/pagecache.h"
 #include "racache/readahead.h"
 
 #define PAGES (1u << 18)
@@ -25,7 +27,9 @@
 struct sim {
   unsigned char cached[PAGES];
   unsigned char marker[PAGES];
-  unsigned char near[PAGES];    /* async page of an N window, not used */
+  unsigned near[PAGES];         /* async page of an N window, not used:
+                                 * the step it was read at, + 1 */
+  unsigned step;                /* G and N decisions so far */
   unsigned char asked[PAGES];   /* a client read it */
   struct ra_state ra;
   struct ra_params p;
@@ -37,6 +41,7 @@ struct sim {
   ra_pgoff largest;             /* largest window of N, or of B
                                  * going on from one */
   ra_pgoff last_near;           /* latest N window */
+  ra_pgoff largest_near;        /* largest N window */
   unsigned misses;              /* client reads that missed */
 };
 
@@ -68,7 +73,7 @@ sim_insert (void *opaque, ra_pgoff i, bool marker, bool async)
     return false;
   s->cached[i] = 1;
   s->marker[i] = marker;
-  s->near[i] = async && s->cur == RA_N_NEAR;
+  s->near[i] = async && s->cur == RA_N_NEAR ? s->step + 1 : 0;
   s->inserted++;
   return true;
 }
@@ -113,11 +118,16 @@ sim_trigger (struct sim *s, ra_pgoff index, bool marker, ra_pgoff req,
 
   ra_ondemand_at (&ctl, &w);
   s->in.near_hits = 0;          /* handed over once */
+  if (w.branch == RA_G_RANDOM || w.branch == RA_N_NEAR)
+    s->step++;
   if (w.size == 0)
     return;
   s->windows[w.branch]++;
-  if (w.branch == RA_N_NEAR)
-    s->last_near = w.size;
+  if (w.branch == RA_N_NEAR) {
+    s->last_near = w.behind + w.size;
+    if (s->last_near > s->largest_near)
+      s->largest_near = s->last_near;
+  }
   if ((w.branch == RA_N_NEAR || w.branch == RA_B_SEQUENTIAL) &&
       w.size > s->largest)
     s->largest = w.size;
@@ -126,6 +136,20 @@ sim_trigger (struct sim *s, ra_pgoff index, bool marker, ra_pgoff req,
   for (i = w.start; i < w.start + w.size; i++)
     if (!s->asked[i] && !(i >= first && i < last))
       s->inserted_unasked++;
+  if (w.behind > 0) {
+    /* The near rule's pages before the window, as src/trigger.c reads
+     * them: async, no marker.
+     */
+    const struct ra_window b = {
+      .branch = w.branch, .start = w.start - w.behind, .size = w.behind,
+      .async_size = w.behind, .marker = RA_NO_MARKER,
+    };
+
+    ra_submit (&b, s->p.io_max, &sim_submit_ops, s, &res);
+    for (i = b.start; i < w.start; i++)
+      if (!s->asked[i])
+        s->inserted_unasked++;
+  }
 }
 
 /* A client read of pages [first, first + n). */
@@ -146,8 +170,9 @@ sim_read (struct sim *s, ra_pgoff first, ra_pgoff n)
     }
     ck_assert (s->cached[j]);
     if (s->near[j]) {
+      if (s->step - (s->near[j] - 1) <= RC_PC_NEAR_HORIZON)
+        s->in.near_hits++;
       s->near[j] = 0;
-      s->in.near_hits++;
     }
     s->asked[j] = 1;
   }
@@ -183,15 +208,17 @@ START_TEST (test_clustered_grows)
   unsigned early;
 
   /* The first two misses are exact (no window until two misses in a
-   * row were each near the one before), then the windows grow while
-   * their pages are used, up to ra_max.
+   * row fell in a region of a recent one), then the windows grow while
+   * their pages are used (up to 1 MiB); a reader that reaches a
+   * window's marker goes on with B, up to ra_max.
    */
   clustered (s, 100000, 2);
   ck_assert_uint_eq (s->windows[RA_N_NEAR], 0);
   ck_assert_uint_eq (s->inserted, 2);
   clustered (s, 100010, 3000);
   ck_assert_uint_ge (s->windows[RA_N_NEAR], 3);
-  ck_assert_uint_eq (s->largest, s->p.ra_max);
+  ck_assert_uint_ge (s->largest_near, 128);
+  ck_assert_uint_gt (s->largest, 256);
   /* Once grown, a window serves hundreds of reads: few misses in all. */
   early = s->misses;
   clustered (s, 100010 + 9010, 3000);
@@ -206,8 +233,10 @@ START_TEST (test_random_reads_only_what_is_asked)
   uint64_t x = 17;
   unsigned k;
 
-  /* 20000 random reads of 1 to 4 pages over 1 GiB: a window would need
-   * two misses in a row each within 1 MiB of the one before.
+  /* 20000 random reads of 1 to 4 pages over 1 GiB: a trial window
+   * needs two misses in a row in the 1 MiB regions of the 8 misses
+   * before (1 in 1024 misses), and one not used soon makes the next
+   * wait for twice as many: a trial or two, no more.
    */
   for (k = 0; k < 20000; k++) {
     ra_pgoff i = rnd (&x), n = 1 + k % 4;
@@ -216,8 +245,8 @@ START_TEST (test_random_reads_only_what_is_asked)
       i = PAGES - n;
     sim_read (s, i, n);
   }
-  ck_assert_uint_eq (s->windows[RA_N_NEAR], 0);
-  ck_assert_uint_eq (s->inserted_unasked, 0);
+  ck_assert_uint_le (s->windows[RA_N_NEAR], 2);
+  ck_assert_uint_le (s->inserted_unasked, 2 * 64);
   ck_assert_uint_gt (s->windows[RA_G_RANDOM], 19000);
   free (s);
 }
@@ -227,16 +256,19 @@ START_TEST (test_mix_converges)
 {
   struct sim *s = sim_new (RA_MODE_ADAPTIVE);
   uint64_t x = 5, unasked, inserted;
-  unsigned k, round;
+  unsigned k, round, near;
 
   for (round = 0; round < 3; round++) {
-    /* Clustered: the window grows to ra_max. */
+    /* Clustered: the near windows grow, and B goes on from them (the
+     * largest window of N or B: at least 1 MiB).
+     */
     s->largest = 0;
     clustered (s, 20000 + round * 60000, 3000);
-    ck_assert_uint_eq (s->largest, s->p.ra_max);
-    /* Then random: the windows halve at each miss not hit (never
-     * faster), so the pages read beyond the requests are at most about
-     * twice the largest window, and after that every read is exact.
+    ck_assert_uint_ge (s->largest, 256);
+    /* Then random: windows go on while what was used soon outweighs a
+     * 32nd of what was read, then halve at each miss, down to nothing:
+     * the pages read beyond the requests are a few windows' worth, and
+     * after that every read is exact.
      */
     unasked = s->inserted_unasked;
     for (k = 0; k < 2000; k++)
@@ -244,10 +276,15 @@ START_TEST (test_mix_converges)
     ck_assert_uint_le (s->inserted_unasked - unasked, 2 * s->p.ra_max + 64);
     unasked = s->inserted_unasked;
     inserted = s->inserted;
+    near = s->windows[RA_N_NEAR];
     for (k = 0; k < 2000; k++)
       sim_read (s, rnd (&x), 1);
-    ck_assert_uint_eq (s->inserted_unasked, unasked);
-    ck_assert_uint_le (s->inserted - inserted, 2000);
+    /* (A random read that lands on a marker the clustered reads left
+     * in the cache may start a window of branch C: not the near rule.)
+     */
+    ck_assert_uint_eq (s->windows[RA_N_NEAR], near);
+    ck_assert_uint_le (s->inserted_unasked - unasked, s->p.ra_max);
+    ck_assert_uint_le (s->inserted - inserted, 2000 + s->p.ra_max);
   }
   free (s);
 }
@@ -259,13 +296,13 @@ START_TEST (test_sparse_converges)
   uint64_t unasked = 0;
   unsigned k;
 
-  /* Grown windows, then reads one in 50 pages: each window gets too
-   * few hits to keep its size; then a trial window now and then, ever
+  /* Grown windows, then reads one in 50 pages: the windows get too
+   * few hits to keep their size; then a trial window now and then, ever
    * more rarely while none is used enough: in the last 1000 reads,
    * fewer than 10% more pages read than asked for.
    */
   clustered (s, 10000, 3000);
-  ck_assert_uint_eq (s->largest, s->p.ra_max);
+  ck_assert_uint_gt (s->largest, 256);
   for (k = 0; k < 3000; k++) {
     if (k == 2000)
       unasked = s->inserted_unasked;
@@ -290,64 +327,117 @@ static const struct ra_cache_ops none_ops = { .cached = nothing_cached };
  * its branch.
  */
 static ra_pgoff
-decide (struct ra_state *ra, const struct ra_params *p, ra_pgoff index,
-        ra_pgoff hits, enum ra_branch expect)
+decide_shared (struct ra_state *ra, struct ra_near *near,
+               const struct ra_params *p, ra_pgoff index, ra_pgoff hits,
+               enum ra_branch expect)
 {
   struct ra_inputs in = { .lat_ns = -1, .near_hits = hits };
   const struct ra_control ctl = {
     .ra = ra, .p = p, .cache = &none_ops, .opaque = NULL,
-    .index = index, .marker = false, .req = 1, .in = &in,
+    .index = index, .marker = false, .req = 1, .in = &in, .near = near,
   };
   struct ra_window w;
 
   ra_ondemand_at (&ctl, &w);
-  ck_assert_int_eq (w.branch, expect);
+  if (expect != RA_NR_BRANCHES)
+    ck_assert_int_eq (w.branch, expect);
   ck_assert_uint_eq (w.start, index);
-  if (expect == RA_N_NEAR) {
+  if (w.branch == RA_N_NEAR) {
+    /* The request, and an aligned block around it. */
     ck_assert_uint_eq (w.async_size, w.size - 1);
-    ck_assert_uint_eq (w.marker, index + 1);
+    if (w.async_size > 0)
+      ck_assert_uint_eq (w.marker, index + 1);
+    ck_assert_uint_eq ((w.start - w.behind) % (w.behind + w.size), 0);
   }
+  else
+    ck_assert_uint_eq (w.behind, 0);
   ra_update_prev_pos (ra, (index + 1) << 12);
-  return w.size;
+  return w.behind + w.size;
+}
+
+static ra_pgoff
+decide (struct ra_state *ra, const struct ra_params *p, ra_pgoff index,
+        ra_pgoff hits, enum ra_branch expect)
+{
+  return decide_shared (ra, NULL, p, index, hits, expect);
 }
 
 START_TEST (test_hits_size_the_window)
 {
   struct sim *s = sim_new (RA_MODE_ADAPTIVE);
   struct ra_state *ra = &s->ra;
+  ra_pgoff i, unasked = 0, size;
 
-  /* Two misses near each other: exact; the third: a trial of 256K. */
+  /* Regions of 1 MiB (256 pages).  A miss in a new region, then one in
+   * a recent region: exact; the second in a row: a trial of 256K, the
+   * aligned block of 64 pages around it (decide returns the pages
+   * read).
+   */
   ck_assert_uint_eq (decide (ra, &s->p, 1000, 0, RA_G_RANDOM), 1);
-  ck_assert_uint_eq (decide (ra, &s->p, 1100, 0, RA_G_RANDOM), 1);
-  ck_assert_uint_eq (decide (ra, &s->p, 1200, 0, RA_N_NEAR), 1 + 64);
-  /* All of it used: hits + 2 rounded up to a power of two, 128. */
-  ck_assert_uint_eq (decide (ra, &s->p, 1300, 64, RA_N_NEAR), 1 + 128);
-  ck_assert_uint_eq (decide (ra, &s->p, 1600, 128, RA_N_NEAR), 1 + 256);
-  /* A sixteenth used: kept. */
-  ck_assert_uint_eq (decide (ra, &s->p, 2000, 16, RA_N_NEAR), 1 + 256);
-  /* An eighth used or more: the reads lie further apart than the
-   * window: it doubles.
+  ck_assert_uint_eq (decide (ra, &s->p, 1010, 0, RA_G_RANDOM), 1);
+  ck_assert_uint_eq (decide (ra, &s->p, 1020, 0, RA_N_NEAR), 64);
+  /* All of it used soon: an eighth or more, so it doubles, wherever the
+   * next miss falls: the hits are what count.
    */
-  ck_assert_uint_eq (decide (ra, &s->p, 2300, 32, RA_N_NEAR), 1 + 512);
-  /* Not used: exact, and the next trial waits for twice as many near
-   * misses (4).
+  ck_assert_uint_eq (decide (ra, &s->p, 1100, 64, RA_N_NEAR), 128);
+  ck_assert_uint_eq (decide (ra, &s->p, 1300, 128, RA_N_NEAR), 256);
+  /* At most 1 MiB beyond the request. */
+  ck_assert_uint_eq (decide (ra, &s->p, 1600, 0, RA_N_NEAR), 256);
+  ck_assert_uint_eq (decide (ra, &s->p, 100000, 0, RA_N_NEAR), 256);
+  /* No more hits: the windows go on while what was used outweighs a
+   * 32nd of what was read (the windows of the last 8 misses count as
+   * read already), then halve once 8 misses have passed without their
+   * use, down to nothing: a few windows' worth in all.
    */
-  ck_assert_uint_eq (decide (ra, &s->p, 2700, 0, RA_G_RANDOM), 1);
-  ck_assert_uint_eq (decide (ra, &s->p, 2800, 0, RA_G_RANDOM), 1);
-  ck_assert_uint_eq (decide (ra, &s->p, 2900, 0, RA_G_RANDOM), 1);
-  ck_assert_uint_eq (decide (ra, &s->p, 3000, 0, RA_N_NEAR), 1 + 64);
-  /* One page of it used: halved; then none: exact. */
-  ck_assert_uint_eq (decide (ra, &s->p, 3100, 1, RA_N_NEAR), 1 + 32);
-  ck_assert_uint_eq (decide (ra, &s->p, 3200, 0, RA_G_RANDOM), 1);
-  /* Far away: exact, whatever the hits. */
-  ck_assert_uint_eq (decide (ra, &s->p, 100000, 64, RA_G_RANDOM), 1);
+  for (i = 0; i < 40; i++) {
+    size = decide (ra, &s->p, 200000 + i * 1000, 0, RA_NR_BRANCHES);
+    unasked += size - 1;
+  }
+  ck_assert_uint_eq (ra->near.ahead, 0);
+  ck_assert_uint_le (unasked, 8 * 256);
+  ck_assert_uint_eq (ra->near.fails, 1);
+  /* A trial now waits for 2 << fails = 4 misses in a row in recent
+   * regions.
+   */
+  ck_assert_uint_eq (decide (ra, &s->p, 250000, 0, RA_G_RANDOM), 1);
+  ck_assert_uint_eq (decide (ra, &s->p, 250010, 0, RA_G_RANDOM), 1);
+  ck_assert_uint_eq (decide (ra, &s->p, 250020, 0, RA_G_RANDOM), 1);
+  ck_assert_uint_eq (decide (ra, &s->p, 250030, 0, RA_G_RANDOM), 1);
+  ck_assert_uint_eq (decide (ra, &s->p, 250040, 0, RA_N_NEAR), 64);
   /* Kernel mode: never. */
   s->p.mode = RA_MODE_KERNEL;
   ra_state_init (ra);
   ck_assert_uint_eq (decide (ra, &s->p, 1000, 0, RA_G_RANDOM), 1);
-  ck_assert_uint_eq (decide (ra, &s->p, 1100, 0, RA_G_RANDOM), 1);
-  ck_assert_uint_eq (decide (ra, &s->p, 1200, 64, RA_G_RANDOM), 1);
-  ck_assert_uint_eq (decide (ra, &s->p, 1300, 64, RA_G_RANDOM), 1);
+  ck_assert_uint_eq (decide (ra, &s->p, 1010, 0, RA_G_RANDOM), 1);
+  ck_assert_uint_eq (decide (ra, &s->p, 1020, 64, RA_G_RANDOM), 1);
+  ck_assert_uint_eq (decide (ra, &s->p, 1030, 64, RA_G_RANDOM), 1);
+  free (s);
+}
+END_TEST
+
+/* The filter's streams share one near state (ra_control's near): misses
+ * that a file system spreads over three connections are one sequence.
+ */
+START_TEST (test_streams_share_the_rule)
+{
+  struct sim *s = sim_new (RA_MODE_ADAPTIVE);
+  struct ra_state ra[3];
+  struct ra_near near = { 0 };
+  unsigned k;
+
+  for (k = 0; k < 3; k++)
+    ra_state_init (&ra[k]);
+  ck_assert_uint_eq (decide_shared (&ra[0], &near, &s->p, 1000, 0,
+                                    RA_G_RANDOM), 1);
+  ck_assert_uint_eq (decide_shared (&ra[1], &near, &s->p, 1010, 0,
+                                    RA_G_RANDOM), 1);
+  ck_assert_uint_eq (decide_shared (&ra[2], &near, &s->p, 1020, 0,
+                                    RA_N_NEAR), 64);
+  ck_assert_uint_eq (decide_shared (&ra[0], &near, &s->p, 1200, 64,
+                                    RA_N_NEAR), 128);
+  /* The streams' own states were not used for it. */
+  for (k = 0; k < 3; k++)
+    ck_assert_uint_eq (ra[k].near.ahead, 0);
   free (s);
 }
 END_TEST
@@ -378,6 +468,7 @@ near_suite (void)
   tcase_add_test (tc, test_mix_converges);
   tcase_add_test (tc, test_sparse_converges);
   tcase_add_test (tc, test_hits_size_the_window);
+  tcase_add_test (tc, test_streams_share_the_rule);
   tcase_add_test (tc, test_kernel_mode_never_near);
   suite_add_tcase (s, tc);
   return s;

@@ -257,6 +257,7 @@ sim_trigger (struct sim *s, ra_pgoff index, bool marker, ra_pgoff req,
   s->res = t.res;
   s->dropped = t.dropped;
   rc_trigger_free (&t);
+  rc_trigger_env_destroy (&env);
   ck_assert_int_lt (s->nlog, SIM_LOG);
   s->log[s->nlog].w = *w;
   s->log[s->nlog].index = index;
