@@ -47,6 +47,11 @@
 #             order the directories list them: near each other on disk,
 #             not in sequence; SMALL_DIR is the first of SOURCES in the
 #             sources tree, the whole tree in many)
+#   rand    fio --rw=randread --bs=4k --direct=1 --iodepth=1 over the
+#             attached device, RAND_BYTES in all (the same sequence every
+#             run: randrepeat): a random reader, whose amplification
+#             (backend bytes / client bytes) should stay near 1
+#             (not in the default WORKLOADS)
 #
 # Configurations (rows):
 #
@@ -80,6 +85,7 @@
 #   SMALL_DIR [sources: the first of SOURCES, as it lies in the image;
 #             many: the whole tree]
 #   SMALL_MAX [16k]       largest file the small workload reads
+#   RAND_BYTES [16777216] bytes the rand workload reads (4K reads)
 #   IMAGE_DIR [${XDG_CACHE_HOME:-~/.cache}/ra-cache-bench]
 #   TRACE [none]          record the ra-cache front's requests with
 #                         nbdkit's log filter into
@@ -114,6 +120,7 @@ export PATH=$PATH:/usr/sbin:/sbin
 : "${REPEAT:=1}"
 : "${SOURCES:=$(echo /usr/share/man /usr/lib/python3.[0-9]* /usr/share/doc)}"
 : "${SMALL_MAX:=16k}"
+: "${RAND_BYTES:=16777216}"
 : "${IMAGE_DIR:=${XDG_CACHE_HOME:-$HOME/.cache}/ra-cache-bench}"
 : "${TRACE:=}"
 : "${RESULTS:=}"
@@ -154,7 +161,12 @@ for c in $CONFIGS; do
   esac
 done
 for w in $WORKLOADS; do
-  case "$w" in tar|small) ;; *) bench_die "unknown workload $w" ;; esac
+  case "$w" in
+    tar|small) ;;
+    rand) command -v fio >/dev/null 2>&1 ||
+            bench_die "WORKLOADS names rand but fio is not installed (apt-get install fio)" ;;
+    *) bench_die "unknown workload $w (tar, small or rand)" ;;
+  esac
 done
 attaches=
 for a in $ATTACH; do
@@ -177,7 +189,7 @@ done
 
 # State for cleanup: everything attached, innermost last; and while an
 # image is filled through the kernel, its loop device and mount point.
-mnt= fsdir= loop= fuse_pid= nbddev= fill_loop= fill_dir=
+mnt= fsdir= loop= fuse_pid= nbddev= fill_loop= fill_dir= attached_dev=
 detach ()
 {
   set +e
@@ -321,6 +333,7 @@ attach () # attach HOW SOCKET LAYOUT: the export mounted read-only on $fsdir
     nbd-client -unix "$sock" "$nbddev" -b 4096 -readonly >/dev/null || { nbddev=; return 1; }
     dev=$nbddev
   fi
+  attached_dev=$dev
   if [ "$fs" = xfs ]; then
     mount -t xfs -o ro,norecovery "$dev" "$fsdir" || return 1
   else
@@ -337,6 +350,9 @@ workload () # workload NAME: bytes read; the page cache is dropped first
   case "$1" in
     tar) tar cf - . | wc -c ;;
     small) find "$SMALL_DIR" -type f -size "-$SMALL_MAX" -print0 | xargs -0 cat | wc -c ;;
+    rand) fio --name=rand --filename="$DEV" --readonly --rw=randread --bs=4k \
+              --direct=1 --ioengine=psync --iodepth=1 --io_size="$RAND_BYTES" \
+              --randrepeat=1 --output=/dev/null && echo "$RAND_BYTES" ;;
   esac
 }
 
@@ -344,7 +360,7 @@ timed_workload () # timed_workload NAME SMALL_DIR: "SECONDS BYTES"
 {
   local t0 t1 bytes
   t0=$EPOCHREALTIME
-  bytes=$(timeout "$CLIENT_TIMEOUT" bash -c "$(declare -f workload); fsdir=$fsdir SMALL_DIR=$2 SMALL_MAX=$SMALL_MAX workload $1") ||
+  bytes=$(timeout "$CLIENT_TIMEOUT" bash -c "$(declare -f workload); fsdir=$fsdir DEV=$attached_dev RAND_BYTES=$RAND_BYTES SMALL_DIR=$2 SMALL_MAX=$SMALL_MAX workload $1") ||
     return 1
   t1=$EPOCHREALTIME
   awk -v a="$t0" -v b="$t1" -v n="$bytes" 'BEGIN { printf "%.3f %d\n", b - a, n }'
@@ -460,7 +476,7 @@ for layout in $LAYOUTS; do
 done
 echo "backend: nbdkit -r --filter=stats --filter=delay file IMAGE rdelay=$RDELAY (ceiling: rdelay=0); front: nbdkit [filters] nbd, Unix sockets"
 echo "attached: nbdfuse + losetup -r (readahead $(cat "$bench_tmpdir/readahead-sectors" 2>/dev/null || echo '?') sectors), mount -o ro,noload (XFS: ro,norecovery); page cache dropped before each run"
-echo "workloads: tar = tar cf - . | wc -c; small = find SMALL_DIR -type f -size -$SMALL_MAX | xargs cat (sources: ${small_dir_of[sources]:-$(set -- $SOURCES; echo "${1#/}")}; many: ${small_dir_of[many]:-many})"
+echo "workloads: tar = tar cf - . | wc -c; small = find SMALL_DIR -type f -size -$SMALL_MAX | xargs cat (sources: ${small_dir_of[sources]:-$(set -- $SOURCES; echo "${1#/}")}; many: ${small_dir_of[many]:-many}); rand = fio randread 4K direct, depth 1, $RAND_BYTES bytes over the device"
 echo "ra-cache: $FILTER${RA_CACHE_ARGS:+ $RA_CACHE_ARGS}$([ "$have_filter" = no ] && echo ' (NOT BUILT)')"
 [[ " $CONFIGS " = *" ra-cache-base "* ]] && echo "ra-cache-base: $FILTER_BASE"
 echo "median of $REPEAT run(s) by seconds, fresh servers each"
