@@ -132,7 +132,10 @@ bounce_take (struct rc_cache *c)
   if (b)
     memcpy (&c->bounce_free, b, sizeof (char *));
   RELEASE_LOCK (&c->bounce_lock);
-  return b ? b : malloc (c->params.io_max << c->params.page_shift);
+  if (!b && (b = malloc (c->params.io_max << c->params.page_shift)))
+    atomic_fetch_add (&c->bounce_bytes,
+                      (uint64_t) c->params.io_max << c->params.page_shift);
+  return b;
 }
 
 static void
@@ -152,7 +155,15 @@ rc_bounce_free_all (struct rc_cache *c)
 
     memcpy (&c->bounce_free, b, sizeof (char *));
     free (b);
+    atomic_fetch_sub (&c->bounce_bytes,
+                      (uint64_t) c->params.io_max << c->params.page_shift);
   }
+}
+
+uint64_t
+rc_cache_bounce_bytes (struct rc_cache *c)
+{
+  return atomic_load (&c->bounce_bytes);
 }
 
 int

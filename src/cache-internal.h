@@ -44,6 +44,7 @@ struct rc_cache {
   /* Free bounce buffers (src/backend-read.c), each io_max pages. */
   pthread_mutex_t bounce_lock;
   char *bounce_free;
+  _Atomic uint64_t bounce_bytes;   /* allocated, free or in use */
 
   /* Adaptive mode: the backend model, fed by every backend read of
    * pages (src/backend-read.c), read at every trigger.

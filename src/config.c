@@ -506,6 +506,16 @@ rc_memory_limit (const char **what)
   return limit;
 }
 
+uint64_t
+rc_memory_other_estimate (const struct rc_config *c, unsigned readers)
+{
+  uint64_t pages = c->page_size ? c->cache_size / c->page_size : 0;
+
+  return pages * RC_MEMORY_PER_PAGE
+    + c->io_max * ((uint64_t) readers + c->max_background)
+    + RC_MEMORY_FIXED;
+}
+
 /* The --help text: a growing string in a fixed buffer. */
 struct help_buf {
   char buf[4096];

@@ -32,6 +32,8 @@ rc_pc_giveback_init (struct rc_pagecache *pc, uint64_t total_pages)
 {
   /* The refault history covers four times the cache (in groups). */
   pc->refault = calloc (REFAULT_BITS / 64, sizeof *pc->refault);
+  if (pc->refault)
+    pc->fixed_bytes += REFAULT_BITS / 8;
   pc->refault_limit = 4 * (total_pages >> GROUP_SHIFT);
   if (pc->refault_limit < 1024)
     pc->refault_limit = 1024;

@@ -106,6 +106,8 @@ struct rc_pagecache {
    * slot ever taken, plus one), and the page structs kept for reuse.
    */
   pthread_mutex_t mem_lock;
+  uint64_t fixed_bytes;            /* tables allocated once (constant) */
+  uint64_t page_structs;           /* struct pages allocated (mem_lock) */
   char *arena;                     /* NULL: no data (rc_pc_new_nodata) */
   size_t arena_len;
   uint64_t *free_slots;

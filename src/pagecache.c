@@ -120,6 +120,7 @@ arena_new (struct rc_pagecache *pc)
   pc->free_slots = malloc (pc->free_words * sizeof *pc->free_slots);
   if (!pc->free_slots)
     return -1;
+  pc->fixed_bytes += pc->free_words * sizeof *pc->free_slots;
   for (i = 0; i < pc->free_words; i++)
     pc->free_slots[i] = ~UINT64_C (0);
   if (pc->total_capacity % 64)
@@ -187,12 +188,14 @@ pc_new (uint64_t cache_size, uint32_t page_size, struct rc_stats *stats,
       return NULL;
     }
     s->bucket_mask = nb - 1;
+    pc->fixed_bytes += nb * sizeof *s->buckets;
     lru_init (&s->unused);
     lru_init (&s->inactive);
     lru_init (&s->active);
     pthread_mutex_init (&s->lock, NULL);
     pthread_cond_init (&s->ready, NULL);
   }
+  pc->fixed_bytes += sizeof *pc + pc->nshards * sizeof *pc->shards;
   pc->nr_pages = 0;
   pc->total_capacity = total_pages;
   if (with_data && arena_new (pc) == -1) {
@@ -392,8 +395,8 @@ page_alloc (struct rc_pagecache *pc)
   if (!pc->arena) {                /* no data: a page struct only */
     if ((p = pc->spare) != NULL)
       pc->spare = p->hnext;
-    else
-      p = malloc (sizeof *p);
+    else if ((p = malloc (sizeof *p)) != NULL)
+      pc->page_structs++;
     if (p)
       p->data = NULL;
     goto out;
@@ -407,6 +410,8 @@ page_alloc (struct rc_pagecache *pc)
     pc->spare = p->hnext;
   else if ((p = malloc (sizeof *p)) == NULL)
     goto out;
+  else
+    pc->page_structs++;
   slot = (w << 6) + __builtin_ctzll (pc->free_slots[w]);
   pc->free_slots[w] &= pc->free_slots[w] - 1;
   if (slot + 1 > pc->data_pages)
@@ -843,6 +848,7 @@ rc_pc_counts (struct rc_pagecache *pc, struct rc_pc_counts *out)
   }
   ACQUIRE_LOCK (&pc->mem_lock);
   out->memory = pc->data_pages;
+  out->other_bytes = pc->fixed_bytes + pc->page_structs * sizeof (struct page);
   RELEASE_LOCK (&pc->mem_lock);
 }
 

@@ -94,6 +94,10 @@ void rc_cache_open_end (struct rc_cache *c, struct rc_client_open *o,
  */
 unsigned rc_cache_connections (struct rc_cache *c);
 unsigned rc_cache_connection_limit (struct rc_cache *c);
+/* Bytes of the bounce buffers allocated (kept for reuse: as many as
+ * backend reads ever needed one at once, ra-io-max each).
+ */
+uint64_t rc_cache_bounce_bytes (struct rc_cache *c);
 
 /* Set the export size on first use; later calls return -1 if the size
  * differs (the connection must then not use the cache).

@@ -190,4 +190,17 @@ const char *rc_config_check (struct rc_config *c, char *buf, size_t len);
  */
 uint64_t rc_memory_limit (const char **what);
 
+/* The memory beyond page data that a filter with configuration c may
+ * come to hold (the memory_other_bytes gauge), for reads from up to
+ * readers threads at once (nbdkit's threads, over all connections) and
+ * c->max_background workers: RC_MEMORY_PER_PAGE bytes per page of
+ * ra-cache-size (the page struct and hash buckets), ra-io-max for
+ * each read at once (a bounce buffer), and RC_MEMORY_FIXED bytes of
+ * tables.  The README's formula is this.
+ */
+#define RC_MEMORY_PER_PAGE 96
+#define RC_MEMORY_FIXED (UINT64_C (1) << 20)
+uint64_t rc_memory_other_estimate (const struct rc_config *c,
+                                   unsigned readers);
+
 #endif /* RACACHE_CONFIG_H */

@@ -248,6 +248,8 @@ struct rc_pc_counts {
   uint64_t pages, inflight, uptodate, unused, capacity;
   uint64_t unused_ahead;  /* unused pages read ahead (async parts) */
   uint64_t memory;   /* pages of memory the cache has touched (kept) */
+  uint64_t other_bytes; /* memory beyond page data: page structs, hash
+                         * buckets, bitmaps */
 };
 void rc_pc_counts (struct rc_pagecache *pc, struct rc_pc_counts *out);
 

@@ -165,6 +165,9 @@
      "Most pages the cache holds.")                                     \
   X (GAUGE, cache_memory_bytes, RC_CACHE (s->pc.memory * s->psize), -1, 0, \
      "Memory held for page data.")                                      \
+  X (GAUGE, memory_other_bytes,                                         \
+     RC_CACHE (s->pc.other_bytes + rc_cache_bounce_bytes (s->c)), -1, 0, \
+     "Memory held beyond page data: page structs, tables, bounce buffers.") \
   X (GAUGE, markers_now,                                                \
      RC_CACHE (rc_pc_markers (rc_cache_pagecache (s->c))), -1, 0,       \
      "Readahead trigger markers set now.")                              \

@@ -347,11 +347,28 @@ ra_cache_config_complete (nbdkit_next_config_complete *next,
     const char *what;
     uint64_t mem = rc_memory_limit (&what);
 
+    uint64_t want;
+
     if (cfg.cache_size > mem) {
       nbdkit_error ("ra-cache-size: %" PRIu64 " bytes is larger than %s "
                     "(%" PRIu64 " bytes)", cfg.cache_size, what, mem);
       return -1;
     }
+    /* What the filter may come to hold, for one connection's reads at
+     * once (nbdkit's default 16 threads): above 3/4 of the limit, the
+     * plugin, nbdkit and the kernel's own use of the cgroup leave
+     * little room.  Said, not refused: the cache fills only as data
+     * earns its place.
+     */
+    want = cfg.cache_size + rc_memory_other_estimate (&cfg, 16);
+    if (want > mem / 4 * 3)
+      nbdkit_error ("ra-cache: warning: ra-cache-size (%" PRIu64 " bytes) "
+                    "and the memory beyond page data (about %" PRIu64
+                    " bytes: see MEMORY in nbdkit-ra-cache-filter(1)) are "
+                    "more than 3/4 of %s (%" PRIu64 " bytes): lower "
+                    "ra-cache-size, or the server may be killed when the "
+                    "cache fills", cfg.cache_size, want - cfg.cache_size,
+                    what, mem);
   }
   if (make_absolute (&cfg.stats_file) == -1 ||
       make_absolute (&cfg.stats_socket) == -1)
