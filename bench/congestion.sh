@@ -39,7 +39,7 @@
 #   small-io   the same with ra-io-max=SMALL_IO (256K): smaller reads and
 #              windows all the time (the defaults' yield to the random
 #              reader then divides them by 4 again: 64K reads, 512K
-#              windows; measured before the yield existed in the README)
+#              windows; measured before the yield existed in bench/RESULTS.md)
 #   base       (only with FILTER_BASE) another build's filter, defaults:
 #              e.g. main's, to compare before and after in one run
 # plus RA_CACHE_ARGS for every ra-cache column.  Cells run row by row,

@@ -228,7 +228,7 @@ yield_part (ra_pgoff x)
  * congestion bound and read in backend reads of a quarter of ra-io-max,
  * as ra-io-max set to a quarter would make them.  A lone stream, or one
  * whose own reads are the random ones, never yields.  Measured in the
- * README ("Congestion measured").
+ * bench/RESULTS.md ("Congestion measured").
  */
 static bool
 yielding (struct rc_trigger_env *env, unsigned owner, uint64_t now)
@@ -295,7 +295,7 @@ inputs (struct rc_trigger_env *env, const struct rc_trigger *t,
  * that its sync part is all that would be read.  Pages for data a
  * stream reads once only cost then: memory touched for the first time,
  * a copy into them and their bookkeeping (a copy tool with many reads in
- * flight on each of its connections lost to no filter so; README,
+ * flight on each of its connections lost to no filter so; bench/RESULTS.md,
  * "Copy tools at every distance").  Not for random reads (branch G:
  * their pages are kept, as data read again) nor near windows (N), and
  * only where the user can (around_ok: a client buffer, nothing of the

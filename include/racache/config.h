@@ -16,7 +16,7 @@
 
 #include "racache/readahead.h"
 
-/* Defaults (the man page, PARAMETERS, and the README's measurements
+/* Defaults (the man page, PARAMETERS, and bench/RESULTS.md's measurements
  * say why): a window must cover the bandwidth-delay product that one
  * reader can use (bandwidth times latency).  8 MiB is the largest
  * window whose backend reads (8 of ra-io-max) stay below the default
@@ -196,7 +196,7 @@ uint64_t rc_memory_limit (const char **what);
  * c->max_background workers: RC_MEMORY_PER_PAGE bytes per page of
  * ra-cache-size (the page struct and hash buckets), ra-io-max for
  * each read at once (a bounce buffer), and RC_MEMORY_FIXED bytes of
- * tables.  The README's formula is this.
+ * tables.  The man page's formula (MEMORY) is this.
  */
 #define RC_MEMORY_PER_PAGE 96
 #define RC_MEMORY_FIXED (UINT64_C (1) << 20)
