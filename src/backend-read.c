@@ -70,6 +70,7 @@ counted_read (struct rc_cache *c, void *ctx, void *buf, uint32_t len,
   stat_max (&c->stats.inflight_high_water, inflight);
   r = rc_backend_read_bytes (c, ctx, buf, len, offset, err);
   atomic_fetch_sub (&c->executing_bytes, len);
+  rc_hist_observe (&c->stats.backend_read_seconds, rc_now_ns () - t0);
   if (r == 0) {
     struct rc_cong_sample cs = {
       .start_ns = t0, .end_ns = t1 = rc_now_ns (), .bytes = len,

@@ -46,11 +46,41 @@ struct snap {
   struct rc_cong_estimate cong;
 };
 
+const double rc_hist_le[RC_HIST_BUCKETS - 1] = {
+  0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+  0.25, 0.5, 1, 2.5, 5,
+};
+
+void
+rc_hist_observe (struct rc_hist *h, uint64_t ns)
+{
+  unsigned i = 0;
+
+  while (i < RC_HIST_BUCKETS - 1 && ns > rc_hist_le[i] * 1e9)
+    i++;
+  atomic_fetch_add_explicit (&h->n[i], 1, memory_order_relaxed);
+  atomic_fetch_add_explicit (&h->sum_ns, ns, memory_order_relaxed);
+}
+
+static void
+copy_hist (struct rc_hist *dst, const struct rc_hist *src)
+{
+  unsigned i;
+
+  for (i = 0; i < RC_HIST_BUCKETS; i++)
+    atomic_store_explicit (&dst->n[i], STAT_GET (src, n[i]),
+                           memory_order_relaxed);
+  atomic_store_explicit (&dst->sum_ns, STAT_GET (src, sum_ns),
+                         memory_order_relaxed);
+}
+
 static void
 copy_counters (struct rc_stats *dst, const struct rc_stats *src)
 {
   int b;
 
+  copy_hist (&dst->client_read_seconds, &src->client_read_seconds);
+  copy_hist (&dst->backend_read_seconds, &src->backend_read_seconds);
   (void) b;
 #define RC_NONE
 #define RC_FIELD(m) \
@@ -114,6 +144,7 @@ struct writer {
   unsigned flags;               /* RC_STATS_SUMMARY_ONLY */
   const char *prefix;           /* LINE, LIST */
   const char *ra_mode;          /* NULL without a cache */
+  uint64_t psize;               /* page size */
   int first;
 };
 
@@ -146,6 +177,39 @@ write_json_item (struct writer *w, enum item_kind kind, const char *key,
     fprintf (fp, "%.*f", v->prec, v->d);
 }
 
+/* The Prometheus names that are not ra_cache_KEY (or ra_cache_KEY_total
+ * for a counter): base units (seconds, bytes; the value is converted),
+ * no word twice (ra_cache_cache_...), no _now.  The HELP line then names
+ * the JSON key.
+ */
+enum prom_unit { PROM_SAME, PROM_US, PROM_PAGES };
+static const struct {
+  const char *key, *name;
+  enum prom_unit unit;
+} prom_names[] = {
+  { "page_size", "page_size_bytes", PROM_SAME },
+  { "sync_pages", "sync_part_bytes", PROM_PAGES },
+  { "async_pages", "async_part_bytes", PROM_PAGES },
+  { "ahead_used_pages", "ahead_used_bytes", PROM_PAGES },
+  { "ahead_wasted_pages", "ahead_wasted_bytes", PROM_PAGES },
+  { "async_skipped_pages", "async_skipped_bytes", PROM_PAGES },
+  { "invalidated_pages", "invalidated_bytes", PROM_PAGES },
+  { "read_around_pages", "read_around_bytes", PROM_PAGES },
+  { "inflight_now", "backend_reads_inflight", PROM_SAME },
+  { "inflight_high_water", "backend_reads_inflight_high_water", PROM_SAME },
+  { "cache_bytes", "page_data_bytes", PROM_SAME },
+  { "cache_pages", "pages", PROM_SAME },
+  { "cache_pages_inflight", "pages_inflight", PROM_SAME },
+  { "cache_pages_unused", "pages_unused", PROM_SAME },
+  { "cache_capacity_pages", "capacity_pages", PROM_SAME },
+  { "cache_memory_bytes", "page_memory_bytes", PROM_SAME },
+  { "markers_now", "markers", PROM_SAME },
+  { "backend_latency_us", "backend_latency_seconds", PROM_US },
+  { "backend_page_us", "backend_page_seconds", PROM_US },
+  { "backend_queue_delay_us", "backend_queue_delay_seconds", PROM_US },
+  { "backend_base_latency_us", "backend_base_latency_seconds", PROM_US },
+};
+
 /* One item as a Prometheus metric with its HELP and TYPE lines. */
 static void
 write_prometheus_item (struct writer *w, enum item_kind kind,
@@ -154,7 +218,16 @@ write_prometheus_item (struct writer *w, enum item_kind kind,
 {
   FILE *fp = w->fp;
   const char *suffix = kind == COUNTER ? "_total" : "";
+  const char *name = key;
+  enum prom_unit unit = PROM_SAME;
+  size_t i;
   int b;
+
+  for (i = 0; i < sizeof prom_names / sizeof prom_names[0]; i++)
+    if (strcmp (prom_names[i].key, key) == 0) {
+      name = prom_names[i].name;
+      unit = prom_names[i].unit;
+    }
 
   if (kind == LABEL) {
     /* All three labels go on ra_cache_info, written with the first. */
@@ -168,18 +241,69 @@ write_prometheus_item (struct writer *w, enum item_kind kind,
     w->first = 0;
     return;
   }
-  fprintf (fp, "# HELP ra_cache_%s%s %s\n", key, suffix, help);
-  fprintf (fp, "# TYPE ra_cache_%s%s %s\n", key, suffix,
+  fprintf (fp, "# HELP ra_cache_%s%s %s", name, suffix, help);
+  if (unit == PROM_US)
+    fprintf (fp, " In seconds (JSON: %s, in microseconds).\n", key);
+  else if (unit == PROM_PAGES)
+    fprintf (fp, " In bytes (JSON: %s, in pages).\n", key);
+  else if (name != key)
+    fprintf (fp, " (JSON: %s.)\n", key);
+  else
+    fputc ('\n', fp);
+  fprintf (fp, "# TYPE ra_cache_%s%s %s\n", name, suffix,
            kind == GAUGE ? "gauge" : "counter");
   if (v->branches) {
     for (b = RA_A_INITIAL; b < RA_NR_BRANCHES; b++)
-      fprintf (fp, "ra_cache_%s%s{branch=\"%s\"} %" PRIu64 "\n", key,
-               suffix, ra_branch_name (b), STAT_GET (v, branches[b]));
+      fprintf (fp, "ra_cache_%s%s{branch=\"%s\",name=\"%s\"} %" PRIu64
+               "\n", name, suffix, ra_branch_name (b),
+               ra_branch_description (b), STAT_GET (v, branches[b]));
   }
+  else if (unit == PROM_PAGES)
+    fprintf (fp, "ra_cache_%s%s %" PRIu64 "\n", name, suffix, v->u * w->psize);
+  else if (unit == PROM_US)
+    fprintf (fp, "ra_cache_%s%s %.9g\n", name, suffix, v->d / 1e6);
   else if (v->prec < 0)
-    fprintf (fp, "ra_cache_%s%s %" PRIu64 "\n", key, suffix, v->u);
+    fprintf (fp, "ra_cache_%s%s %" PRIu64 "\n", name, suffix, v->u);
   else
-    fprintf (fp, "ra_cache_%s%s %.*f\n", key, suffix, v->prec, v->d);
+    fprintf (fp, "ra_cache_%s%s %.*f\n", name, suffix, v->prec, v->d);
+}
+
+/* A histogram (JSON and Prometheus only): cumulative counts per upper
+ * bound in seconds, the sum in seconds, the count.
+ */
+static void
+write_hist (struct writer *w, const char *key, const char *help,
+            const struct rc_hist *h)
+{
+  FILE *fp = w->fp;
+  uint64_t cum = 0;
+  double sum = STAT_GET (h, sum_ns) / 1e9;
+  unsigned i;
+
+  if (w->f == JSON) {
+    fprintf (fp, ",\n  \"%s\": { \"le\": [", key);
+    for (i = 0; i < RC_HIST_BUCKETS - 1; i++)
+      fprintf (fp, "%s%g", i ? ", " : "", rc_hist_le[i]);
+    fprintf (fp, "], \"cumulative\": [");
+    for (i = 0; i < RC_HIST_BUCKETS; i++) {
+      cum += STAT_GET (h, n[i]);
+      fprintf (fp, "%s%" PRIu64, i ? ", " : "", cum);
+    }
+    fprintf (fp, "], \"sum\": %.6f, \"count\": %" PRIu64 " }", sum, cum);
+    return;
+  }
+  fprintf (fp, "# HELP ra_cache_%s %s\n# TYPE ra_cache_%s histogram\n",
+           key, help, key);
+  for (i = 0; i < RC_HIST_BUCKETS; i++) {
+    cum += STAT_GET (h, n[i]);
+    if (i < RC_HIST_BUCKETS - 1)
+      fprintf (fp, "ra_cache_%s_bucket{le=\"%g\"} %" PRIu64 "\n", key,
+               rc_hist_le[i], cum);
+    else
+      fprintf (fp, "ra_cache_%s_bucket{le=\"+Inf\"} %" PRIu64 "\n", key, cum);
+  }
+  fprintf (fp, "ra_cache_%s_sum %.6f\nra_cache_%s_count %" PRIu64 "\n",
+           key, sum, key, cum);
 }
 
 /* What goes before one key=value of LINE or one line of LIST: the prefix
@@ -255,6 +379,7 @@ static int
 write_items (struct writer *w, const struct snap *s)
 {
   w->first = 1;
+  w->psize = s->psize;
   if (w->f == JSON)
     fprintf (w->fp, "{\n");
 #define ST(m) STAT_GET (&s->st, m)
@@ -293,6 +418,14 @@ write_items (struct writer *w, const struct snap *s)
 #undef RC_CACHE
 #undef SET
 #undef ST
+  if (w->f == JSON || w->f == PROMETHEUS) {
+    write_hist (w, "client_read_seconds",
+                "Client reads through the cache, from the filter's call "
+                "to its reply.", &s->st.client_read_seconds);
+    write_hist (w, "backend_read_seconds",
+                "Backend reads, each one call to the plugin.",
+                &s->st.backend_read_seconds);
+  }
   if (w->f == JSON)
     fprintf (w->fp, "\n}\n");
   return ferror (w->fp) ? -1 : 0;

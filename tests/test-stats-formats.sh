@@ -102,14 +102,23 @@ for attempt in range (10):
 else:
     fail ("the counters never settled")
 line_re = re.compile (r'^(ra_cache_[a-z0-9_]+)(\{([a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*)\})? (\S+)$')
-types, seen, helps = {}, {}, set ()
+# A metric whose name is not ra_cache_KEY says its JSON key in its HELP
+# line: "(JSON: KEY.)", or "(JSON: KEY, in pages)" / "in microseconds"
+# when Prometheus has it in bytes / seconds.
+help_re = re.compile (r'\(JSON: ([a-z0-9_]+)(, in (pages|microseconds))?')
+types, seen, helps, json_key = {}, {}, set (), {}
+hist = {}
 for line in prom.splitlines ():
     if line.startswith ("# HELP "):
-        helps.add (line.split ()[2])
+        name = line.split ()[2]
+        helps.add (name)
+        m = help_re.search (line)
+        if m:
+            json_key[name] = (m.group (1), m.group (3))
         continue
     if line.startswith ("# TYPE "):
         _, _, name, typ = line.split ()
-        if typ not in ("counter", "gauge") or name in types:
+        if typ not in ("counter", "gauge", "histogram") or name in types:
             fail ("bad TYPE line: " + line)
         types[name] = typ
         continue
@@ -117,10 +126,20 @@ for line in prom.splitlines ():
     if not m:
         fail ("not name{labels} value: %r" % line)
     name, labels, value = m.group (1), m.group (3), float (m.group (5))
-    if name not in types or name not in helps:
-        fail ("no # TYPE/# HELP before " + name)
     labels = dict (kv.split ("=", 1) for kv in labels.split (",")) if labels else {}
     labels = {k: v.strip ('"') for k, v in labels.items ()}
+    base = re.sub (r'_(bucket|sum|count)$', '', name)
+    if types.get (base) == "histogram":
+        if base not in helps:
+            fail ("no # HELP before " + name)
+        h = hist.setdefault (base[len ("ra_cache_"):], {"le": []})
+        if name.endswith ("_bucket"):
+            h["le"].append ((labels["le"], value))
+        else:
+            h[name[len (base) + 1:]] = value
+        continue
+    if name not in types or name not in helps:
+        fail ("no # TYPE/# HELP before " + name)
     if name == "ra_cache_info":
         want = {"version": j1["version"], "schema": str (j1["schema"]),
                 "ra_mode": j1["ra_mode"]}
@@ -133,24 +152,51 @@ for line in prom.splitlines ():
         if not key.endswith ("_total"):
             fail ("counter without _total: " + name)
         key = key[:-len ("_total")]
+    unit = None
+    if name in json_key:
+        key, unit = json_key[name]
     if key == "windows":
         want = j1["windows"][labels["branch"]]
+        if not labels.get ("name"):
+            fail ("no branch name label: " + line)
         seen.setdefault ("windows", set ()).add (labels["branch"])
     else:
         if key not in j1 or labels:
             fail ("no JSON key for " + line)
         want = j1[key]
         seen[key] = 1
+    if unit == "pages":
+        want = want * j1["page_size"]
     if key == "uptime_seconds":
         if not (j1[key] <= value <= j2[key]):
             fail ("uptime %s not between %s and %s" % (value, j1[key], j2[key]))
+    elif unit == "microseconds":
+        # The JSON rounds to 1 or 3 decimals of a microsecond.
+        if abs (want / 1e6 - value) > 1e-9 * 1000:
+            fail ("%s: Prometheus %s, JSON %s us" % (line, value, want))
     elif float (want) != value:
         fail ("%s: Prometheus %s, JSON %s" % (line, value, want))
+# The histograms: the JSON's cumulative counts, per bound.
+for key, h in hist.items ():
+    if key not in j1:
+        fail ("no JSON key for the histogram " + key)
+    j = j1[key]
+    les = [le for le, _ in h["le"]]
+    want_les = ["%g" % x for x in j["le"]] + ["+Inf"]
+    if les != want_les or [v for _, v in h["le"]] != [float (x) for x in j["cumulative"]]:
+        fail ("histogram %s: Prometheus %s, JSON %s" % (key, h["le"], j))
+    if h.get ("count") != j["count"] or abs (h.get ("sum", -1) - j["sum"]) > 1e-5:
+        fail ("histogram %s: count/sum differ" % key)
+    seen[key] = 1
+if hist.get ("client_read_seconds", {}).get ("count", 0) < 128:
+    fail ("client_read_seconds counted %s reads, not the 128 made" % hist.get ("client_read_seconds"))
 if set (seen) != set (j1) or seen["windows"] != set (j1["windows"]):
     fail ("Prometheus lacks %s" % (set (j1) - set (seen)))
 for name, typ in types.items ():
     if typ == "counter" and not name.endswith ("_total"):
         fail (name)
+    if re.search (r'(_us|_now)$|cache_cache', name):
+        fail ("not in base units, or a word twice: " + name)
 print ("prometheus: %d metrics, values equal to the JSON's" % len (types))
 
 # A request without a newline, then end-of-file, works too.

@@ -180,17 +180,17 @@
   X (GAUGE, adapt_last_cap_bytes, RC_PAGES (adapt_cap_pages), -1, 0,    \
      "The cap of the last adaptive decision, bytes.")                   \
   X (GAUGE, backend_latency_us, RC_CACHE (s->lat_ns / 1000), 1, 0,      \
-     "Modelled backend latency per read, microseconds.")                \
+     "Modelled backend latency per read.")                \
   X (GAUGE, backend_page_us, RC_CACHE (s->page_ns / 1000), 3, 0,        \
-     "Modelled backend transfer time per page, microseconds.")          \
+     "Modelled backend transfer time per page.")          \
   X (GAUGE, backend_slots, RC_CACHE (s->cong.slots), -1, 0,             \
      "Backend reads served at once without queueing (estimate).")       \
   X (GAUGE, backend_queue_delay_us,                                     \
      RC_CACHE (s->cong.queue_delay_ns / 1000.0), 1, 0,                  \
-     "Smoothed queueing delay of sync reads, microseconds.")            \
+     "Smoothed queueing delay of sync reads.")            \
   X (GAUGE, backend_base_latency_us,                                    \
      RC_CACHE (s->cong.base_latency_ns / 1000.0), 1, 0,                 \
-     "Smallest recent backend read latency, microseconds.")             \
+     "Smallest recent backend read latency.")             \
   X (GAUGE, backend_bdp_bytes, RC_CACHE (s->cong.bdp_bytes), -1, 0,     \
      "Backend bandwidth-delay product (estimate), bytes.")              \
   X (COUNTER, async_held, RC_FIELD (async_held), -1, 0,                 \
@@ -209,9 +209,28 @@
 #define RC_BRANCHES(m) _Atomic uint64_t m[RA_NR_BRANCHES];
 #define RC_CALC(e)
 #define RC_CACHE(e)
+/* A latency histogram: a count per bucket (bucket i: at most
+ * rc_hist_le[i] seconds and more than the one before; the last: more
+ * than all) and the sum, in nanoseconds.  JSON and Prometheus give the
+ * cumulative counts.
+ */
+#define RC_HIST_BUCKETS 16
+extern const double rc_hist_le[RC_HIST_BUCKETS - 1];
+struct rc_hist {
+  _Atomic uint64_t n[RC_HIST_BUCKETS];
+  _Atomic uint64_t sum_ns;
+};
+void rc_hist_observe (struct rc_hist *h, uint64_t ns);
+
 #define RC_STATS_MEMBER(KIND, KEY, SOURCE, PREC, SUMMARY, HELP) SOURCE
 struct rc_stats {
   RC_STATS_ITEMS (RC_STATS_MEMBER)
+  /* After the table's items in JSON and Prometheus (not in the text
+   * lines): how long client reads took, from the filter's call to its
+   * reply, and how long backend reads took.
+   */
+  struct rc_hist client_read_seconds;
+  struct rc_hist backend_read_seconds;
 };
 #undef RC_STATS_MEMBER
 #undef RC_NONE
