@@ -165,6 +165,16 @@
  *    window of 256 KiB beyond the request (at least the request's size,
  *    rounded up to a power of two).  A stream whose trials are not hit
  *    tries ever more rarely, one in 2048 such misses at most;
+ *  - a dense region read out of order: the NEAR_DENSE_MISSES-th (5th)
+ *    miss in a region while it stays among the recent ones, one of its
+ *    misses before the one before it, reads the region's whole 1 MiB
+ *    block, once while it stays (an inode table read in hash order: a
+ *    page at a time at random within a few MiB, each page used in the
+ *    end but few soon, so that the ratio above never keeps a window).
+ *    A reader striding forward never takes it, and a random reader's
+ *    misses fall five times in one of its last eight regions too rarely
+ *    to matter (about once in 20,000 4K reads over 400 MB, in the
+ *    simulation);
  *  - a miss inside the last one's request (a read retried after an
  *    error) is exact and changes nothing;
  *  - the pages read are the block of that size (within the stream's
@@ -586,6 +596,7 @@ ra_late (struct ra_state *ra, const struct ra_params *p, ra_pgoff index)
 #define NEAR_MIN_BYTES (UINT64_C (64) << 10)    /* smaller: read exactly */
 #define NEAR_MAX_BYTES (UINT64_C (1) << 20)     /* the largest: 1 MiB */
 #define NEAR_MAX_FAILS 10       /* a trial at most every 2^11 misses */
+#define NEAR_DENSE_MISSES 5     /* a dense region: this many misses */
 #define NEAR_KEEP_DIV 32       /* kept while a 32nd is used soon */
 #define NEAR_GROW_DIV 8         /* doubled while an eighth is */
 
@@ -622,16 +633,22 @@ region_of (const struct ra_params *p, ra_pgoff index)
   return index / (reach > 0 ? reach : 1);
 }
 
-/* Is region r one of the latest misses' regions?  Make it the latest. */
+/* Is region r one of the latest misses' regions?  Make it the latest
+ * (recent[0]), and count this miss in it.
+ */
 static bool
-near_recent (struct ra_near *n, ra_pgoff r)
+near_recent (struct ra_near *n, ra_pgoff r, ra_pgoff index)
 {
   unsigned i, k = n->nrecent;
-  bool found = false;
+  unsigned char misses = 0;
+  bool found = false, filled = false, back = false;
 
   for (i = 0; i < n->nrecent; i++)
     if (n->recent[i] == r) {
       found = true;
+      misses = n->misses[i];
+      filled = n->filled[i];
+      back = n->back[i] || index < n->last[i];
       k = i;
       break;
     }
@@ -639,9 +656,18 @@ near_recent (struct ra_near *n, ra_pgoff r)
     k--;
   else if (k == n->nrecent)
     n->nrecent++;
-  for (i = k; i > 0; i--)
+  for (i = k; i > 0; i--) {
     n->recent[i] = n->recent[i - 1];
+    n->misses[i] = n->misses[i - 1];
+    n->filled[i] = n->filled[i - 1];
+    n->back[i] = n->back[i - 1];
+    n->last[i] = n->last[i - 1];
+  }
   n->recent[0] = r;
+  n->misses[0] = misses < 255 ? misses + 1 : misses;
+  n->filled[0] = filled;
+  n->back[0] = back;
+  n->last[0] = index;
   return found;
 }
 
@@ -663,7 +689,7 @@ near_ahead (struct ra_near *n, const struct ra_params *p,
   n->behind = 0;
   if (n->valid && index < n->req_end && index + req > n->lo)
     return 0;
-  local = near_recent (n, region_of (p, index));
+  local = near_recent (n, region_of (p, index), index);
   n->streak = local ? n->streak + 1 : 0;
   /* The windows of RA_NEAR_RIPE misses ago have had their time: they
    * count in read; the later ones wait in pending.
@@ -701,6 +727,17 @@ near_ahead (struct ra_near *n, const struct ra_params *p,
   else if (ahead == 0 && local && n->streak >= (2u << n->fails))
     ahead = issue = trial_pages (p, req);
   /* else: a window is waiting for its hits: read exactly meanwhile. */
+  if (n->misses[0] >= NEAR_DENSE_MISSES && n->back[0] && !n->filled[0]) {
+    /* A dense region read out of order: its NEAR_DENSE_MISSES-th miss
+     * while it stayed among the recent ones, one of them before the one
+     * before it (an inode table read in hash order; not a reader that
+     * strides forward, whose pages in between are never read): its
+     * whole block, once.
+     */
+    n->filled[0] = true;
+    if (issue < near_pages (p, NEAR_MAX_BYTES))
+      issue = near_pages (p, NEAR_MAX_BYTES);
+  }
   if (issue > 0)
     n->streak = 0;              /* counts the misses since a window */
   n->used -= n->used / 8;

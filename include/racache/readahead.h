@@ -89,6 +89,11 @@ struct ra_adapt {
 struct ra_near {
   ra_pgoff recent[RA_NEAR_REGIONS]; /* regions of the latest such misses,
                                      * the latest first */
+  unsigned char misses[RA_NEAR_REGIONS]; /* misses in each since it
+                                 * entered recent[] (at most 255) */
+  bool filled[RA_NEAR_REGIONS]; /* its block was read as a dense region */
+  bool back[RA_NEAR_REGIONS];   /* a miss in it fell before the one before */
+  ra_pgoff last[RA_NEAR_REGIONS]; /* its latest miss */
   unsigned nrecent;     /* entries of recent[] in use */
   ra_pgoff lo, req_end; /* the latest such miss: its request */
   bool valid;           /* lo and req_end describe a miss */

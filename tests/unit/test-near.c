@@ -442,6 +442,34 @@ START_TEST (test_streams_share_the_rule)
 }
 END_TEST
 
+/* A region read out of order (an inode table in hash order): at its
+ * fifth miss while it stays among the recent regions, one of them
+ * before the one before, its whole 1 MiB block, once; a reader striding
+ * forward through a region never gets that.
+ */
+START_TEST (test_dense_region)
+{
+  struct sim *s = sim_new (RA_MODE_ADAPTIVE);
+  struct ra_state *ra = &s->ra;
+  static const ra_pgoff back_and_forth[] = { 1100, 1050, 1210, 1030 };
+  unsigned k;
+
+  for (k = 0; k < 4; k++)
+    ck_assert_uint_le (decide (ra, &s->p, back_and_forth[k], 0,
+                               RA_NR_BRANCHES), 64);
+  ck_assert_uint_eq (decide (ra, &s->p, 1150, 0, RA_N_NEAR), 256);
+  /* Once: the next miss in it is read as the rule says otherwise. */
+  ck_assert_uint_le (decide (ra, &s->p, 1040, 0, RA_NR_BRANCHES), 64);
+
+  /* Forward only, five misses and more in one region: no block. */
+  ra_state_init (ra);
+  for (k = 0; k < 8; k++)
+    ck_assert_uint_le (decide (ra, &s->p, 4096 + 30 * k, 0, RA_NR_BRANCHES),
+                       64);
+  free (s);
+}
+END_TEST
+
 START_TEST (test_kernel_mode_never_near)
 {
   struct sim *s = sim_new (RA_MODE_KERNEL);
@@ -469,6 +497,7 @@ near_suite (void)
   tcase_add_test (tc, test_sparse_converges);
   tcase_add_test (tc, test_hits_size_the_window);
   tcase_add_test (tc, test_streams_share_the_rule);
+  tcase_add_test (tc, test_dense_region);
   tcase_add_test (tc, test_kernel_mode_never_near);
   suite_add_tcase (s, tc);
   return s;
