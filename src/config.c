@@ -78,6 +78,12 @@ const struct rc_key rc_keys[] = {
   { "ra-cache-stats-socket", RC_KEY_STRING, FIELD (stats_socket), NULL,
     0, 0, 0, "PATH", "none", "a Unix socket path",
     "Serve the counters as JSON on this Unix socket (mode 0600)." },
+  { "ra-cache-stats-listen", RC_KEY_STRING, FIELD (stats_listen), NULL,
+    0, 0, 0, "[ADDR:]PORT", "none",
+    "a port from 1 to 65535, after an IPv4 address, [IPv6] or host name "
+    "(default 127.0.0.1)",
+    "Serve the counters over HTTP on this TCP address, for Prometheus: "
+    "GET /metrics (Prometheus text format), GET /stats (JSON)." },
   { "ra-cache-stats-interval", RC_KEY_UNSIGNED, FIELD (stats_interval), NULL,
     0, 86400, 0, "SECS", "0", "0 (off) to 86400 seconds",
     "Log a one-line summary and rewrite the stats file this often." },
@@ -104,7 +110,8 @@ rc_config_free (struct rc_config *c)
 {
   free (c->stats_file);
   free (c->stats_socket);
-  c->stats_file = c->stats_socket = NULL;
+  free (c->stats_listen);
+  c->stats_file = c->stats_socket = c->stats_listen = NULL;
 }
 
 int
@@ -143,6 +150,63 @@ rc_parse_size (const char *s, uint64_t *out)
   if (v > INT64_MAX)
     return -1;
   *out = v;
+  return 0;
+}
+
+int
+rc_parse_listen (const char *spec, char *host, size_t hostlen,
+                       unsigned *port, char *err, size_t len)
+{
+  const char *h, *p, *colon;
+  size_t hl;
+
+  if (spec[0] == '[') {
+    const char *end = strchr (spec, ']');
+
+    if (!end || end[1] != ':') {
+      snprintf (err, len, "ra-cache-stats-listen: '%s': not [IPV6]:PORT",
+                spec);
+      return -1;
+    }
+    h = spec + 1;
+    hl = end - h;
+    p = end + 2;
+  }
+  else if ((colon = strrchr (spec, ':')) != NULL) {
+    h = spec;
+    hl = colon - spec;
+    p = colon + 1;
+    if (memchr (h, ':', hl)) {
+      snprintf (err, len, "ra-cache-stats-listen: '%s': an IPv6 address "
+                "goes in brackets: [ADDR]:PORT", spec);
+      return -1;
+    }
+  }
+  else {
+    h = RC_DEFAULT_STATS_LISTEN_ADDR;
+    hl = strlen (h);
+    p = spec;
+  }
+  if (hl == 0) {
+    snprintf (err, len, "ra-cache-stats-listen: '%s': no address before "
+              "the port (give ADDR:PORT, or PORT alone for %s)", spec,
+              RC_DEFAULT_STATS_LISTEN_ADDR);
+    return -1;
+  }
+  if (hl >= hostlen) {
+    snprintf (err, len, "ra-cache-stats-listen: '%s': the address is too "
+              "long", spec);
+    return -1;
+  }
+  if (*p == '\0' || strspn (p, "0123456789") != strlen (p) ||
+      strlen (p) > 5 || atoi (p) < 1 || atoi (p) > 65535) {
+    snprintf (err, len, "ra-cache-stats-listen: '%s': the port '%s' is not "
+              "a number from 1 to 65535", spec, p);
+    return -1;
+  }
+  memcpy (host, h, hl);
+  host[hl] = '\0';
+  *port = atoi (p);
   return 0;
 }
 
@@ -214,6 +278,17 @@ rc_config_set (struct rc_config *c, const char *key, const char *value,
     if (*value == '\0') {
       snprintf (err, len, "%s: must not be empty", key);
       return -1;
+    }
+    /* The syntax now, so that a file reports it at its line; the
+     * address is resolved when the filter listens.
+     */
+    if (FIELD_IS (k, stats_listen)) {
+      char host[1025];
+      unsigned port;
+
+      if (rc_parse_listen (value, host, sizeof host, &port,
+                                 err, len) == -1)
+        return -1;
     }
     copy = strdup (value);
     if (!copy) {

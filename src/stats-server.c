@@ -1,14 +1,21 @@
-/* ra-cache: live stats.  A libev loop in its own thread accepts
- * connections on a Unix socket and writes the current counters to each
- * as one JSON document, then closes it; a timer logs a one-line summary.
+/* ra-cache: live stats.  A libev loop in its own thread serves the
+ * current counters to whoever asks, and a timer logs a one-line summary.
  * The read path never waits for this thread: counters are atomics.
  *
- * Formats: a client may send one request line first.  "prometheus"
- * gets the Prometheus text format, "json" (or any other line, or
- * end-of-file) the JSON document at once; a client that sends nothing
- * (every reader written before the request existed) gets the JSON after
- * RC_STATS_REQUEST_WAIT seconds.  The wait is a libev timer per
- * connection, so that waiting clients never hold up the loop.
+ * Two listeners share the loop, either or both:
+ *
+ * - a Unix socket (ra-cache-stats-socket=PATH), here: each connection
+ *   gets one document, then is closed.  A client may send one request
+ *   line first: "prometheus" gets the Prometheus text format, "json"
+ *   (or any other line, or end-of-file) the JSON document at once; a
+ *   client that sends nothing (every reader written before the request
+ *   existed) gets the JSON after RC_STATS_REQUEST_WAIT seconds.  The wait
+ *   is a libev timer per connection, so that waiting clients never hold
+ *   up the loop.
+ *
+ * - TCP (ra-cache-stats-listen=[ADDR:]PORT), in src/stats-http.c: HTTP,
+ *   GET /metrics (Prometheus) and GET /stats (JSON), non-blocking
+ *   throughout, for Prometheus to scrape.
  */
 
 #include <config.h>
@@ -28,6 +35,7 @@
 #include <ev.h>
 
 #include "racache/stats-server.h"
+#include "stats-http.h"
 
 /* How long a connection may take to send its request line. */
 #define RC_STATS_REQUEST_WAIT 0.1
@@ -55,6 +63,8 @@ struct rc_stats_server {
   ev_timer backoff_w;           /* restarts accept_w after EMFILE & co */
   ev_async stop_w;
   int fd;
+  int http_fd;                  /* the TCP listener, or -1 */
+  struct stats_http *http;      /* serving it */
   char *path;
   char *stats_file;             /* rewritten by the timer, or NULL */
   void (*log) (const char *line);
@@ -146,6 +156,41 @@ on_conn_timer (struct ev_loop *loop, ev_timer *w, int revents)
   conn_finish (loop, w->data);
 }
 
+int
+stats_accept (struct ev_loop *loop, ev_io *accept_w, ev_timer *backoff_w,
+              int flags)
+{
+  int fd = accept4 (accept_w->fd, NULL, NULL, SOCK_CLOEXEC | flags);
+
+  /* Out of file descriptors (or memory): the connection stays in the
+   * backlog and the level-triggered watcher would fire again at once,
+   * spinning.  Stop watching for a while; keep serving afterwards.
+   */
+  if (fd == -1 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+                   errno == ENOMEM)) {
+    ev_io_stop (loop, accept_w);
+    /* Set again each time: a one-shot timer that has fired keeps its
+     * absolute expiry time, and restarting it as is fires at once.
+     */
+    ev_timer_set (backoff_w, 0.25, 0);
+    ev_timer_start (loop, backoff_w);
+  }
+  return fd;
+}
+
+static void
+on_backoff (struct ev_loop *loop, ev_timer *w, int revents)
+{
+  ev_io_start (loop, w->data);
+}
+
+void
+stats_accept_backoff_init (ev_timer *backoff_w, ev_io *accept_w)
+{
+  ev_timer_init (backoff_w, on_backoff, 0.25, 0);
+  backoff_w->data = accept_w;
+}
+
 static void
 on_accept (struct ev_loop *loop, ev_io *w, int revents)
 {
@@ -154,23 +199,9 @@ on_accept (struct ev_loop *loop, ev_io *w, int revents)
   struct stats_conn *k;
   int fd;
 
-  fd = accept4 (s->fd, NULL, NULL, SOCK_CLOEXEC);
-  if (fd == -1) {
-    /* Out of file descriptors (or memory): the connection stays in the
-     * backlog and the level-triggered watcher would fire again at once,
-     * spinning.  Stop watching for a while; keep serving afterwards.
-     */
-    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
-        errno == ENOMEM) {
-      ev_io_stop (loop, &s->accept_w);
-      /* Set again each time: a one-shot timer that has fired keeps its
-       * absolute expiry time, and restarting it as is fires at once.
-       */
-      ev_timer_set (&s->backoff_w, 0.25, 0);
-      ev_timer_start (loop, &s->backoff_w);
-    }
+  fd = stats_accept (loop, &s->accept_w, &s->backoff_w, 0);
+  if (fd == -1)
     return;
-  }
   /* A client that does not read must not stall the loop for long. */
   setsockopt (fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   k = s->nr_pending < RC_STATS_MAX_PENDING ? calloc (1, sizeof *k) : NULL;
@@ -191,14 +222,6 @@ on_accept (struct ev_loop *loop, ev_io *w, int revents)
   ev_timer_init (&k->timer, on_conn_timer, RC_STATS_REQUEST_WAIT, 0);
   k->timer.data = k;
   ev_timer_start (loop, &k->timer);
-}
-
-static void
-on_backoff (struct ev_loop *loop, ev_timer *w, int revents)
-{
-  struct rc_stats_server *s = w->data;
-
-  ev_io_start (loop, &s->accept_w);
 }
 
 static void
@@ -343,8 +366,37 @@ rc_stats_listen (const char *path, char *err, size_t len)
   return fd;
 }
 
+int
+rc_stats_bind (struct rc_stats_listeners *l, const char *socket_path,
+               const char *listen_spec, char *err, size_t len)
+{
+  l->unix_fd = l->http_fd = -1;
+  l->socket_path = socket_path;
+  if (socket_path &&
+      (l->unix_fd = rc_stats_listen (socket_path, err, len)) == -1)
+    return -1;
+  if (listen_spec &&
+      (l->http_fd = rc_stats_listen_tcp (listen_spec, err, len)) == -1) {
+    rc_stats_unbind (l);
+    return -1;
+  }
+  return 0;
+}
+
+void
+rc_stats_unbind (struct rc_stats_listeners *l)
+{
+  if (l->unix_fd >= 0) {
+    close (l->unix_fd);
+    unlink (l->socket_path);
+  }
+  if (l->http_fd >= 0)
+    close (l->http_fd);
+  l->unix_fd = l->http_fd = -1;
+}
+
 struct rc_stats_server *
-rc_stats_server_start (struct rc_cache *c, int fd, const char *socket_path,
+rc_stats_server_start (struct rc_cache *c, struct rc_stats_listeners *l,
                        unsigned interval_secs, const char *stats_file,
                        void (*log) (const char *line),
                        char *err, size_t len)
@@ -358,6 +410,7 @@ rc_stats_server_start (struct rc_cache *c, int fd, const char *socket_path,
   }
   s->c = c;
   s->fd = -1;
+  s->http_fd = -1;
   s->log = log;
   s->loop = ev_loop_new (EVFLAG_AUTO);
   if (!s->loop) {
@@ -365,18 +418,25 @@ rc_stats_server_start (struct rc_cache *c, int fd, const char *socket_path,
     free (s);
     return NULL;
   }
-  if (fd >= 0) {
-    s->path = strdup (socket_path);
+  if (l->unix_fd >= 0) {
+    s->path = strdup (l->socket_path);
     if (!s->path) {
       snprintf (err, len, "ra-cache stats: %s", strerror (errno));
       goto fail;
     }
-    s->fd = fd;
+    s->fd = l->unix_fd;
     ev_io_init (&s->accept_w, on_accept, s->fd, EV_READ);
     s->accept_w.data = s;
     ev_io_start (s->loop, &s->accept_w);
-    ev_timer_init (&s->backoff_w, on_backoff, 0.25, 0);
-    s->backoff_w.data = s;
+    stats_accept_backoff_init (&s->backoff_w, &s->accept_w);
+  }
+  if (l->http_fd >= 0) {
+    s->http = stats_http_start (s->loop, c, l->http_fd);
+    if (!s->http) {
+      snprintf (err, len, "ra-cache stats: %s", strerror (errno));
+      goto fail;
+    }
+    s->http_fd = l->http_fd;
   }
   if (interval_secs > 0 && stats_file) {
     s->stats_file = strdup (stats_file);
@@ -397,10 +457,12 @@ rc_stats_server_start (struct rc_cache *c, int fd, const char *socket_path,
     snprintf (err, len, "ra-cache stats: pthread_create: %s", strerror (e));
     goto fail;
   }
+  l->unix_fd = l->http_fd = -1;         /* the server's now */
   return s;
 
  fail:
-  /* The caller still owns fd (and removes the socket). */
+  /* l still holds the listeners: the caller closes them. */
+  stats_http_stop (s->http);
   free (s->path);
   free (s->stats_file);
   ev_loop_destroy (s->loop);
@@ -423,6 +485,9 @@ rc_stats_server_stop (struct rc_stats_server *s)
     close (k->fd);
     free (k);
   }
+  stats_http_stop (s->http);
+  if (s->http_fd >= 0)
+    close (s->http_fd);
   if (s->fd >= 0) {
     close (s->fd);
     unlink (s->path);

@@ -420,6 +420,14 @@ run_py ()
     -c "exec (compile (open ('$f').read (), '$f', 'exec'))"
 }
 
+# free_port: a TCP port on 127.0.0.1 that nothing listens on now (the
+# kernel's choice; another process could take it before the caller
+# binds it, and the caller's server then fails to start, saying so).
+free_port ()
+{
+  python3 -c 'import socket; s = socket.socket (); s.bind (("127.0.0.1", 0)); print (s.getsockname ()[1])'
+}
+
 # A file of random bytes: random_file PATH SIZE-IN-BYTES.
 random_file ()
 {

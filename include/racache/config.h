@@ -88,6 +88,7 @@ struct rc_config {
   enum ra_mode mode;          /* ra-mode */
   char *stats_file;           /* JSON written at exit, or NULL */
   char *stats_socket;         /* Unix socket serving JSON, or NULL */
+  char *stats_listen;         /* [ADDR:]PORT serving HTTP, or NULL */
   unsigned stats_interval;    /* seconds between summary log lines, 0 = off */
 };
 
@@ -161,6 +162,20 @@ void rc_config_describe (const struct rc_config *c, bool one_call_per_ctx,
  * tools.
  */
 int rc_parse_size (const char *s, uint64_t *out);
+
+/* ra-cache-stats-listen=[ADDR:]PORT: the address when only a port is
+ * given (loopback: the counters are the operator's business).
+ */
+#define RC_DEFAULT_STATS_LISTEN_ADDR "127.0.0.1"
+
+/* Split spec, [ADDR:]PORT, into the address (without the brackets of
+ * [IPV6]; RC_DEFAULT_STATS_LISTEN_ADDR when there is none) in host,
+ * hostlen bytes, and the port, 1 to 65535.  Only the syntax: the address
+ * is resolved when the filter listens (rc_stats_listen_tcp).  Returns 0,
+ * or -1 with a message in err.
+ */
+int rc_parse_listen (const char *spec, char *host, size_t hostlen,
+                     unsigned *port, char *err, size_t len);
 
 /* Set key to value (text, as on the command line).  Returns 0 on
  * success, -1 with a message in err for a bad value, 1 if the key is not

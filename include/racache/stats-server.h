@@ -1,5 +1,6 @@
 /* ra-cache: counters as JSON, and a libev loop in its own thread that
- * serves them on a Unix socket and logs a summary line periodically.
+ * serves them on a Unix socket and over HTTP (TCP), and logs a summary
+ * line periodically.
  */
 #ifndef RACACHE_STATS_SERVER_H
 #define RACACHE_STATS_SERVER_H
@@ -50,21 +51,50 @@ struct rc_stats_server;
  */
 int rc_stats_listen (const char *path, char *err, size_t len);
 
-/* Start the loop thread.  fd (-1 for none): a socket from
- * rc_stats_listen at socket_path; serve one JSON document to each
- * connection on it (the server then owns fd, and closes and removes the
- * socket when stopped; on failure the caller still does).
- * interval_secs (0 = never): call log(summary) that often, and rewrite
- * stats_file (may be NULL) then too.  Returns NULL
- * with a message in err on failure.
+/* Resolve spec (rc_parse_listen in racache/config.h; a host name through getaddrinfo)
+ * and listen on TCP there, non-blocking and close-on-exec: done before
+ * nbdkit forks, like rc_stats_listen.  Returns the fd, or -1 with a
+ * message in err ("ra-cache-stats-listen: ADDR:PORT: Address already in
+ * use").
+ */
+int rc_stats_listen_tcp (const char *spec, char *err, size_t len);
+
+/* The listeners of a stats server: bound before nbdkit forks
+ * (rc_stats_bind), then served (rc_stats_server_start takes them over)
+ * or closed unserved (rc_stats_unbind).
+ */
+struct rc_stats_listeners {
+  int unix_fd;                  /* ra-cache-stats-socket, or -1 */
+  const char *socket_path;      /* its path (the caller's string) */
+  int http_fd;                  /* ra-cache-stats-listen, or -1 */
+};
+#define RC_STATS_LISTENERS_NONE { .unix_fd = -1, .http_fd = -1 }
+
+/* Bind the Unix socket at socket_path and the TCP listener at
+ * listen_spec (either may be NULL: none).  Returns 0, or -1 with a
+ * message in err and nothing left bound.
+ */
+int rc_stats_bind (struct rc_stats_listeners *l, const char *socket_path,
+                   const char *listen_spec, char *err, size_t len);
+
+/* Close the listeners l still holds, and remove the Unix socket. */
+void rc_stats_unbind (struct rc_stats_listeners *l);
+
+/* Start the loop thread, serving the listeners of l: one JSON document
+ * to each connection on the Unix socket, HTTP on the TCP listener
+ * (GET /metrics, GET /stats: src/stats-http.c).  The server takes them
+ * over (l is left holding none) and closes them, removing the socket,
+ * when stopped; on failure l still holds them.  interval_secs (0 =
+ * never): call log(summary) that often, and rewrite stats_file (may be
+ * NULL) then too.  Returns NULL with a message in err on failure.
  */
 struct rc_stats_server *
-rc_stats_server_start (struct rc_cache *c, int fd, const char *socket_path,
+rc_stats_server_start (struct rc_cache *c, struct rc_stats_listeners *l,
                        unsigned interval_secs, const char *stats_file,
                        void (*log) (const char *line),
                        char *err, size_t len);
 
-/* Stop the thread, close and remove the socket. */
+/* Stop the thread, close the listeners and remove the Unix socket. */
 void rc_stats_server_stop (struct rc_stats_server *s);
 
 #endif /* RACACHE_STATS_SERVER_H */

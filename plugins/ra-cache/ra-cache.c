@@ -71,11 +71,11 @@ static pthread_mutex_t backend_lock = PTHREAD_MUTEX_INITIALIZER;
 static nbdkit_backend *saved_backend;
 static struct rc_cache *cache;
 static struct rc_stats_server *stats_server;
-/* The stats socket, bound in .get_ready (before nbdkit forks, so that a
- * bad path is an error the operator sees) and served from .after_fork;
- * -1 when there is none or the stats server owns it.
+/* The stats socket and HTTP listener, bound in .get_ready (before nbdkit
+ * forks, so that a bad path or port is an error the operator sees) and
+ * served from .after_fork, when the stats server takes them over.
  */
-static int stats_fd = -1;
+static struct rc_stats_listeners stats_listeners = RC_STATS_LISTENERS_NONE;
 
 struct handle {
   struct rc_stream *stream;
@@ -409,15 +409,15 @@ ra_cache_get_ready (int thread_model)
                   "worker's read at a time");
   /* nbdkit forks into the background after .get_ready and before
    * .after_fork (server/main.c: start_serving): bind the stats socket
-   * now, so that a bad path fails nbdkit in the foreground with the
-   * error on stderr; the loop thread serving it starts in .after_fork
-   * (threads do not survive the fork).
+   * and port now, so that a bad path or port fails nbdkit in the
+   * foreground with the error on stderr; the loop thread serving them
+   * starts in .after_fork (threads do not survive the fork).
    */
-  if (cfg.stats_socket) {
+  {
     char msg[512];
 
-    stats_fd = rc_stats_listen (cfg.stats_socket, msg, sizeof msg);
-    if (stats_fd == -1) {
+    if (rc_stats_bind (&stats_listeners, cfg.stats_socket, cfg.stats_listen,
+                       msg, sizeof msg) == -1) {
       nbdkit_error ("%s", msg);
       return -1;
     }
@@ -631,10 +631,10 @@ ra_cache_after_fork (nbdkit_backend *backend)
     return -1;
   }
   rc_stats_mark_start ();
-  if (cfg.stats_socket || cfg.stats_interval > 0) {
+  if (cfg.stats_socket || cfg.stats_listen || cfg.stats_interval > 0) {
     char msg[256];
 
-    stats_server = rc_stats_server_start (cache, stats_fd, cfg.stats_socket,
+    stats_server = rc_stats_server_start (cache, &stats_listeners,
                                           cfg.stats_interval, cfg.stats_file,
                                           log_line,
                                           msg, sizeof msg);
@@ -642,7 +642,6 @@ ra_cache_after_fork (nbdkit_backend *backend)
       nbdkit_error ("%s", msg);
       return -1;
     }
-    stats_fd = -1;              /* the stats server owns it now */
   }
   return 0;
 }
@@ -663,11 +662,7 @@ ra_cache_cleanup (nbdkit_backend *backend)
 {
   rc_stats_server_stop (stats_server);
   stats_server = NULL;
-  if (stats_fd >= 0) {          /* bound, never served */
-    close (stats_fd);
-    unlink (cfg.stats_socket);
-    stats_fd = -1;
-  }
+  rc_stats_unbind (&stats_listeners); /* bound, never served */
   if (cache) {
     log_stats ();
     /* Stop the workers first, so the file has the final counters. */
