@@ -41,13 +41,14 @@ filter=$builddir/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so
 # The Debian 12 packages everything here needs: building (toolchain,
 # nbdkit, libnbd, libev, libconfig, Check, pod2man), the test suite
 # (nbdsh and its python3 binding, qemu-img, nbdfuse, nbd-client,
-# valgrind, and nbd-server and lighttpd as real backends) and the
+# valgrind, nbd-server and lighttpd as real backends, prometheus for
+# scraping ra-cache-stats-listen and its promtool) and the
 # benchmarks (fio; GNU time for the front server's rusage; nbd-server
 # and lighttpd for bench/servers.sh; xfsprogs for bench/fs.sh's XFS layout).
 packages=(nbdkit nbdkit-plugin-dev libnbd-dev libnbd-bin python3-libnbd
           libev-dev libconfig-dev check qemu-utils fio nbd-client
           autoconf automake libtool pkg-config make gcc perl valgrind
-          time nbd-server lighttpd xfsprogs)
+          time nbd-server lighttpd xfsprogs prometheus)
 
 say ()
 {
