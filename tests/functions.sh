@@ -428,6 +428,46 @@ free_port ()
   python3 -c 'import socket; s = socket.socket (); s.bind (("127.0.0.1", 0)); print (s.getsockname ()[1])'
 }
 
+# An HTTP server for the curl plugin: lighttpd serving directory DIR on
+# a free port of 127.0.0.1, $lighttpd_port (kept when it is started
+# again), logging requests to $tmpdir/access.log.  lighttpd_start DIR
+# FILE starts it and waits until it serves FILE; lighttpd_stop stops it;
+# every exit path stops it.
+lighttpd_pid= lighttpd_port=
+lighttpd_start ()
+{
+  local i
+  if [ -z "$lighttpd_port" ]; then
+    lighttpd_port=$(free_port)
+    at_cleanup lighttpd_stop
+  fi
+  cat > "$tmpdir/lighttpd.conf" <<EOF
+server.document-root = "$1"
+server.bind = "127.0.0.1"
+server.port = $lighttpd_port
+server.errorlog = "$tmpdir/lighttpd-error.log"
+server.modules = ( "mod_accesslog" )
+accesslog.filename = "$tmpdir/access.log"
+EOF
+  lighttpd -D -f "$tmpdir/lighttpd.conf" >>"$tmpdir/lighttpd.log" 2>&1 &
+  lighttpd_pid=$!
+  for ((i = 0; i < 100; i++)); do
+    timeout 5 python3 -c "import urllib.request as u; u.urlopen ('http://127.0.0.1:$lighttpd_port/$2').read (1)" \
+      2>/dev/null && return 0
+    kill -0 "$lighttpd_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  cat "$tmpdir/lighttpd.log" "$tmpdir/lighttpd-error.log" >&2 2>/dev/null
+  fail "lighttpd did not start on port $lighttpd_port"
+}
+lighttpd_stop ()
+{
+  [ -n "$lighttpd_pid" ] || return 0
+  kill -TERM "$lighttpd_pid" 2>/dev/null &&
+    { wait "$lighttpd_pid" 2>/dev/null || true; }
+  lighttpd_pid=
+}
+
 # A file of random bytes: random_file PATH SIZE-IN-BYTES.
 random_file ()
 {

@@ -34,40 +34,11 @@ xz -k -T1 --block-size=1MiB -c "$tmpdir/www/disk.qcow2" > "$tmpdir/www/disk.qcow
   fail "xz failed"
 want=$(md5sum < "$tmpdir/want.raw")
 
-# lighttpd on a free port of 127.0.0.1, started again on the same port.
-port=$(python3 -c 'import socket; s = socket.socket (); s.bind (("127.0.0.1", 0)); print (s.getsockname ()[1])')
-cat > "$tmpdir/lighttpd.conf" <<EOF
-server.document-root = "$tmpdir/www"
-server.bind = "127.0.0.1"
-server.port = $port
-server.errorlog = "$tmpdir/lighttpd-error.log"
-server.modules = ( "mod_accesslog" )
-accesslog.filename = "$tmpdir/access.log"
-EOF
-lpid=
-start_lighttpd ()
-{
-  local i
-  lighttpd -D -f "$tmpdir/lighttpd.conf" >>"$tmpdir/lighttpd.log" 2>&1 &
-  lpid=$!
-  for ((i = 0; i < 100; i++)); do
-    timeout 5 python3 -c "import urllib.request as u; u.urlopen ('http://127.0.0.1:$port/disk.qcow2').read (1)" \
-      2>/dev/null && return 0
-    kill -0 "$lpid" 2>/dev/null || break
-    sleep 0.1
-  done
-  cat "$tmpdir/lighttpd.log" "$tmpdir/lighttpd-error.log" >&2 2>/dev/null
-  fail "lighttpd did not start on port $port"
-}
-stop_lighttpd ()
-{
-  [ -n "$lpid" ] || return 0
-  kill -TERM "$lpid" 2>/dev/null && { wait "$lpid" 2>/dev/null || true; }
-  lpid=
-}
+# lighttpd on a free port of 127.0.0.1 (started again on the same port).
 cpid=
-at_cleanup '[ -n "$cpid" ] && kill "$cpid" 2>/dev/null; stop_lighttpd'
-start_lighttpd
+at_cleanup '[ -n "$cpid" ] && kill "$cpid" 2>/dev/null'
+lighttpd_start "$tmpdir/www" disk.qcow2
+port=$lighttpd_port
 
 # convert NAME URL-PATH [FILTER...]: the CDI stack over
 # http://127.0.0.1:PORT/URL-PATH with FILTERs between ra-cache and retry,
@@ -93,13 +64,13 @@ convert ()
   done
   kill -0 "$cpid" 2>/dev/null ||
     fail "$name: the copy ended before the HTTP server could be stopped"
-  stop_lighttpd
+  lighttpd_stop
   info "$name: HTTP server stopped after $(( $(wc -l < "$tmpdir/access.log") - n0 )) requests"
   sleep 2
   kill -0 "$cpid" 2>/dev/null ||
     { wait "$cpid" && st=0 || st=$?
       fail "$name: the copy ended while the HTTP server was stopped (status $st)"; }
-  start_lighttpd
+  lighttpd_start "$tmpdir/www" disk.qcow2
   wait "$cpid" && st=0 || st=$?
   [ "$st" -eq 0 ] || fail "$name: qemu-img convert failed across the outage (status $st)"
   cpid=

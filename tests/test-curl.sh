@@ -15,36 +15,8 @@ size=$((32 * 1024 * 1024))
 mkdir "$tmpdir/www"
 random_file "$tmpdir/www/disk.img" "$size"
 
-# A free port on 127.0.0.1 (lighttpd has no "pick one" option).
-port=$(python3 -c 'import socket; s = socket.socket (); s.bind (("127.0.0.1", 0)); print (s.getsockname ()[1])')
-cat > "$tmpdir/lighttpd.conf" <<EOF2
-server.document-root = "$tmpdir/www"
-server.bind = "127.0.0.1"
-server.port = $port
-server.errorlog = "$tmpdir/lighttpd-error.log"
-server.modules = ( "mod_accesslog" )
-accesslog.filename = "$tmpdir/access.log"
-EOF2
-
-lighttpd -D -f "$tmpdir/lighttpd.conf" >"$tmpdir/lighttpd.log" 2>&1 &
-lpid=$!
-on_exit ()
-{
-  local status=$?
-  kill -TERM "$lpid" 2>/dev/null && wait "$lpid" 2>/dev/null
-  (exit "$status")
-  cleanup
-}
-trap on_exit EXIT
-url=http://127.0.0.1:$port/disk.img
-for ((i = 0; i < 100; i++)); do
-  timeout 5 python3 -c "import urllib.request as u; u.urlopen ('$url').read (1)" \
-    2>/dev/null && break
-  kill -0 "$lpid" 2>/dev/null ||
-    { cat "$tmpdir/lighttpd.log" "$tmpdir/lighttpd-error.log" >&2 || true
-      fail "lighttpd did not start"; }
-  sleep 0.1
-done
+lighttpd_start "$tmpdir/www" disk.img
+url=http://127.0.0.1:$lighttpd_port/disk.img
 
 # 2 ms of delay per read, so that the reads in flight overlap visibly.
 start_server front -v --filter="$FILTER" --filter=delay curl url="$url" \
