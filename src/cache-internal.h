@@ -4,6 +4,8 @@
  * accounting; src/workers.c: the workers).
  *
  * Lock order (a lock may be taken while holding those before it):
+ *   0. the replay's lock (src/replay.c: taken by a client read holding
+ *      nothing else; inside it 3 and 4)
  *   1. a stream's lock (struct rc_stream)
  *   2. the near rule's lock (c->env.near_lock: around the engine's
  *      decision, src/trigger.c)
@@ -79,6 +81,11 @@ struct rc_cache {
   unsigned nworkers;
   pthread_t *workers;
   struct rc_pool pool;
+
+  /* ra-cache-learn: the learned file and its replay (src/replay.c),
+   * made once by rc_cache_learn_start, NULL without learning.
+   */
+  struct rc_replay *_Atomic replay;
 };
 
 struct rc_stream {
@@ -135,5 +142,13 @@ int rc_backend_read_direct (struct rc_cache *c, void *ctx, void *buf,
 int rc_backend_read_around (struct rc_cache *c, void *ctx, void *buf,
                             uint32_t count, uint64_t offset, int *err);
 void rc_bounce_free_all (struct rc_cache *c);
+
+/* src/replay.c: a client read of pages [first, last) is about to be
+ * served: record it, and read the replay's next window if it reached
+ * the replay marker.
+ */
+void rc_replay_read (struct rc_cache *c, ra_pgoff first, ra_pgoff last);
+/* Free the learning state (the workers have stopped). */
+void rc_replay_free (struct rc_cache *c);
 
 #endif

@@ -98,6 +98,7 @@ rc_cache_free (struct rc_cache *c)
     return;
   rc_workers_stop (c);
   rc_workers_join (c);
+  rc_replay_free (c);
   rc_pc_free (c->pc);
   rc_trigger_env_destroy (&c->env);
   rc_bounce_free_all (c);
@@ -570,6 +571,7 @@ read_cached (struct rc_cache *c, struct rc_stream *s, void *ctx,
   if (count == 0)
     return 0;
   rc_read_init (&rd, offset, count, shift);
+  rc_replay_read (c, rd.first, rd.last);
   /* The page where this stream's previous read ended: reading on in it
    * is not a second use of the page.
    */

@@ -87,6 +87,10 @@ const struct rc_key rc_keys[] = {
   { "ra-cache-stats-interval", RC_KEY_UNSIGNED, FIELD (stats_interval), NULL,
     0, 86400, 0, "SECS", "0", "0 (off) to 86400 seconds",
     "Log a one-line summary and rewrite the stats file this often." },
+  { "ra-cache-learn", RC_KEY_STRING, FIELD (learn_file), NULL,
+    0, 0, 0, "FILE", "none", "a file path",
+    "Record which pages clients read into this file, and replay them "
+    "ahead of the clients at the next start." },
 };
 const size_t rc_nkeys = sizeof rc_keys / sizeof rc_keys[0];
 
@@ -111,7 +115,8 @@ rc_config_free (struct rc_config *c)
   free (c->stats_file);
   free (c->stats_socket);
   free (c->stats_listen);
-  c->stats_file = c->stats_socket = c->stats_listen = NULL;
+  free (c->learn_file);
+  c->stats_file = c->stats_socket = c->stats_listen = c->learn_file = NULL;
 }
 
 int

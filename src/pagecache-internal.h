@@ -38,6 +38,8 @@ enum page_flags {
                     * read again after drop-behind gave it back */
   PF_NEAR = 32,    /* async part of a near window (branch N): its first
                     * use soon is a near hit (rc_pc_take_near_hits) */
+  PF_REPLAY = 64,  /* read by the replay of a learned file (src/replay.c):
+                    * counted used or wasted as replay_* */
 };
 
 /* The list an up to date page is on (in-flight pages are on none). */

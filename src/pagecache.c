@@ -364,6 +364,8 @@ evict_one (struct rc_pagecache *pc, struct shard *s)
            (!active ||
             2 * (s->tick - unused->stamp) >= s->tick - active->stamp)) {
     victim = unused;
+    if (unused->flags & PF_REPLAY)
+      STAT_ADD (pc->stats, replay_wasted_pages, 1);
     if (unused->flags & PF_AHEAD) {
       STAT_ADD (pc->stats, ahead_wasted_pages, 1);
       if (unused->owner)
@@ -447,6 +449,7 @@ rc_pc_insert (struct rc_pagecache *pc, ra_pgoff index, bool marker,
     | (kind == RC_INSERT_FORCED ? 0 : PF_UNUSED)
     | (kind == RC_INSERT_AHEAD || kind == RC_INSERT_NEAR ? PF_AHEAD : 0)
     | (kind == RC_INSERT_NEAR ? PF_NEAR : 0)
+    | (kind == RC_INSERT_REPLAY ? PF_REPLAY : 0)
     | (kind == RC_INSERT_RANDOM ||
        (kind != RC_INSERT_FORCED && rc_pc_refault_test (pc, index))
        ? PF_KEEP : 0);
@@ -538,7 +541,7 @@ complete_one (struct rc_pagecache *pc, struct shard *s, ra_pgoff i,
    */
   if (a->used && (p->flags & PF_UNUSED)) {
     list_put (pc, s, p, (p->flags & PF_KEEP) ? L_ACTIVE : L_INACTIVE);
-    p->flags &= ~(PF_UNUSED | PF_AHEAD | PF_KEEP | PF_NEAR);
+    p->flags &= ~(PF_UNUSED | PF_AHEAD | PF_KEEP | PF_NEAR | PF_REPLAY);
     drop_behind (pc, s);
   }
   else
@@ -687,13 +690,15 @@ read_once (struct rc_pagecache *pc, struct shard *s, struct page *p,
   if (p->flags & PF_UNUSED) {
     if (p->flags & PF_AHEAD)
       STAT_ADD (pc->stats, ahead_used_pages, 1);
+    if (p->flags & PF_REPLAY)
+      STAT_ADD (pc->stats, replay_used_pages, 1);
     if ((p->flags & PF_NEAR) &&
         (uint16_t) (atomic_load_explicit (&pc->near_step,
                                           memory_order_relaxed)
                     - p->near_step) <= RC_PC_NEAR_HORIZON)
       atomic_fetch_add_explicit (&pc->near_hits, 1, memory_order_relaxed);
     to = (p->flags & PF_KEEP) ? L_ACTIVE : L_INACTIVE;
-    p->flags &= ~(PF_UNUSED | PF_AHEAD | PF_KEEP | PF_NEAR);
+    p->flags &= ~(PF_UNUSED | PF_AHEAD | PF_KEEP | PF_NEAR | PF_REPLAY);
   }
   else if (p->list == L_INACTIVE && !again)
     to = L_ACTIVE;              /* read again: it earns its place */

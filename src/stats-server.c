@@ -241,6 +241,14 @@ on_timer (struct ev_loop *loop, ev_timer *w, int revents)
               strerror (errno));
     s->log (msg);
   }
+  /* ra-cache-learn: what was learned so far survives a crash. */
+  if (rc_cache_learn_save (s->c) == -1 && s->log) {
+    char msg[512];
+
+    snprintf (msg, sizeof msg, "ra-cache-learn: %s: %s",
+              rc_cache_config (s->c)->learn_file, strerror (errno));
+    s->log (msg);
+  }
 }
 
 static void

@@ -204,6 +204,12 @@ static const struct {
   { "cache_capacity_pages", "capacity_pages", PROM_SAME },
   { "cache_memory_bytes", "page_memory_bytes", PROM_SAME },
   { "markers_now", "markers", PROM_SAME },
+  { "learn_sequence_pages", "learn_sequence_bytes", PROM_PAGES },
+  { "learn_recorded_pages", "learn_recorded_bytes", PROM_PAGES },
+  { "replay_reached_pages", "replay_reached_bytes", PROM_PAGES },
+  { "replay_pages", "replay_bytes", PROM_PAGES },
+  { "replay_used_pages", "replay_used_bytes", PROM_PAGES },
+  { "replay_wasted_pages", "replay_wasted_bytes", PROM_PAGES },
   { "backend_latency_us", "backend_latency_seconds", PROM_US },
   { "backend_page_us", "backend_page_seconds", PROM_US },
   { "backend_queue_delay_us", "backend_queue_delay_seconds", PROM_US },
@@ -504,48 +510,17 @@ rc_stats_summary (struct rc_cache *c)
   return rc_stats_line (c, RC_STATS_SUMMARY_ONLY, "ra-cache: ");
 }
 
-/* Write the document to a private temporary file in path's directory
- * and rename it into place, so that readers see the old document or the
- * new one, never part of one.  mkostemp creates the file with O_EXCL
- * (an existing name, a symlink planted there included, is never opened
- * or followed) and mode 0600: the counters are the operator's business,
- * as on the stats socket.
+static int
+write_json (FILE *fp, void *c)
+{
+  return rc_stats_write_json (c, fp);
+}
+
+/* Written atomically (rc_write_file_atomic), mode 0600: the counters
+ * are the operator's business, as on the stats socket.
  */
 int
 rc_stats_write_file (struct rc_cache *c, const char *path)
 {
-  size_t n = strlen (path);
-  char *tmp = malloc (n + sizeof ".XXXXXX");
-  FILE *fp;
-  int fd, r, e;
-
-  if (!tmp)
-    return -1;
-  snprintf (tmp, n + sizeof ".XXXXXX", "%s.XXXXXX", path);
-  fd = mkostemp (tmp, O_CLOEXEC);
-  if (fd == -1) {
-    free (tmp);
-    return -1;
-  }
-  fp = fdopen (fd, "w");
-  if (!fp) {
-    e = errno;
-    close (fd);
-    r = -1;
-    errno = e;
-    goto out;
-  }
-  r = rc_stats_write_json (c, fp);
-  if (fclose (fp) != 0)
-    r = -1;
-  if (r == 0 && rename (tmp, path) == -1)
-    r = -1;
- out:
-  if (r == -1) {
-    e = errno;
-    unlink (tmp);
-    errno = e;
-  }
-  free (tmp);
-  return r;
+  return rc_write_file_atomic (path, write_json, c);
 }

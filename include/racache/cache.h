@@ -150,6 +150,25 @@ enum rc_uncached_reason {
 void rc_note_uncached (struct rc_cache *c, enum rc_uncached_reason reason,
                        uint64_t count);
 
+/* ra-cache-learn=FILE (include/racache/learn.h, src/replay.c): once
+ * the export size is set, start learning on the export named
+ * export_name: the file is read, and replayed from the first client
+ * read on; a file that is no good for this export is logged (through
+ * the backend's log) and ignored.  Later calls do nothing; so does a
+ * cache without ra-cache-learn.  Returns 0, or -1 with errno set.
+ */
+int rc_cache_learn_start (struct rc_cache *c, const char *export_name);
+/* Write the learned file (atomically; also at intervals).  Returns 0
+ * (also when there is nothing to write), or -1 with errno set.
+ */
+int rc_cache_learn_save (struct rc_cache *c);
+/* Pages in the learned sequence loaded at start; recorded in this run;
+ * how far in the sequence clients have read what the replay read.
+ */
+uint64_t rc_cache_learn_sequence_pages (struct rc_cache *c);
+uint64_t rc_cache_learn_recorded_pages (struct rc_cache *c);
+uint64_t rc_cache_replay_reached_pages (struct rc_cache *c);
+
 struct rc_stats *rc_cache_stats (struct rc_cache *c);
 struct rc_pagecache *rc_cache_pagecache (struct rc_cache *c);
 /* Backend reads in flight or queued, now. */

@@ -90,6 +90,7 @@ struct rc_config {
   char *stats_socket;         /* Unix socket serving JSON, or NULL */
   char *stats_listen;         /* [ADDR:]PORT serving HTTP, or NULL */
   unsigned stats_interval;    /* seconds between summary log lines, 0 = off */
+  char *learn_file;           /* ra-cache-learn: learned file, or NULL */
 };
 
 /* The backend connections the workers open (before the min with the

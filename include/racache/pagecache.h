@@ -72,6 +72,9 @@ enum rc_insert_kind {
                       * RC_INSERT_AHEAD, and its first use counts as a
                       * near hit (rc_pc_take_near_hits) if it comes
                       * soon: within RC_PC_NEAR_HORIZON near steps */
+  RC_INSERT_REPLAY,  /* read by the replay of a learned file: as an
+                      * async part's page, counted as replay_used_pages
+                      * or replay_wasted_pages, never as a stream's */
   /* (Any page but a forced one is kept so, too, if drop-behind gave its
    * group back lately: it is being read again.) */
 };

@@ -198,7 +198,22 @@
   X (COUNTER, async_covered, RC_FIELD (async_covered), -1, 0,           \
      "Async parts dropped: the client's reads cover the BDP.")          \
   X (COUNTER, windows_yielded, RC_FIELD (windows_yielded), -1, 0,       \
-     "Windows bounded while other clients waited for random reads.")
+     "Windows bounded while other clients waited for random reads.")    \
+  X (GAUGE, learn_sequence_pages,                                       \
+     RC_CACHE (rc_cache_learn_sequence_pages (s->c)), -1, 0,            \
+     "Pages in the learned sequence read at start (ra-cache-learn).")   \
+  X (GAUGE, learn_recorded_pages,                                       \
+     RC_CACHE (rc_cache_learn_recorded_pages (s->c)), -1, 0,            \
+     "Pages clients read for the first time in this run, recorded.")    \
+  X (GAUGE, replay_reached_pages,                                       \
+     RC_CACHE (rc_cache_replay_reached_pages (s->c)), -1, 0,            \
+     "How far in the learned sequence clients read what was replayed.") \
+  X (COUNTER, replay_pages, RC_FIELD (replay_pages), -1, 1,             \
+     "Pages read ahead by the replay of the learned sequence.")         \
+  X (COUNTER, replay_used_pages, RC_FIELD (replay_used_pages), -1, 1,   \
+     "Replayed pages a client then read.")                              \
+  X (COUNTER, replay_wasted_pages, RC_FIELD (replay_wasted_pages), -1, 1, \
+     "Replayed pages evicted unused.")
 
 /* The counters: the members the table's RC_FIELD, RC_PAGES and
  * RC_BRANCHES sources name.

@@ -94,4 +94,11 @@ rc_cond_wait_until (pthread_cond_t *cond, pthread_mutex_t *lock,
   pthread_cond_timedwait (cond, lock, &ts);
 }
 
+/* Write path atomically (src/atomic-file.c): write (fp, arg) fills a
+ * private temporary file (mode 0600) in path's directory, which is
+ * renamed into place if it returned 0.  Returns 0, or -1 with errno set.
+ */
+int rc_write_file_atomic (const char *path,
+                          int (*write) (FILE *fp, void *arg), void *arg);
+
 #endif /* RACACHE_UTIL_H */

@@ -244,15 +244,15 @@ given_on_cmdline (const char *key, void *arg)
   return false;
 }
 
-/* ra-cache-stats=FILE is written at exit (and every
- * ra-cache-stats-interval): check now that it can be, so that a typo
- * stops nbdkit at startup rather than losing the counters at exit.  The
- * file is created in its directory (a temporary file renamed into
- * place), so the directory must exist and be writable; FILE itself
- * must not be a directory.
+/* ra-cache-stats=FILE and ra-cache-learn=FILE (key) are written at
+ * exit (and every ra-cache-stats-interval): check now that they can be,
+ * so that a typo stops nbdkit at startup rather than losing the
+ * counters or what was learned at exit.  The file is created in its
+ * directory (a temporary file renamed into place), so the directory
+ * must exist and be writable; FILE itself must not be a directory.
  */
 static int
-check_stats_file (const char *path)
+check_file_path (const char *key, const char *path)
 {
   const char *slash = strrchr (path, '/');
   char *dir;
@@ -266,19 +266,19 @@ check_stats_file (const char *path)
   else
     dir = strdup (".");
   if (!dir) {
-    nbdkit_error ("ra-cache-stats: %m");
+    nbdkit_error ("%s: %m", key);
     return -1;
   }
   if (stat (dir, &st) == -1)
-    nbdkit_error ("ra-cache-stats: %s: cannot use the directory %s: %m",
-                  path, dir);
+    nbdkit_error ("%s: %s: cannot use the directory %s: %m",
+                  key, path, dir);
   else if (!S_ISDIR (st.st_mode))
-    nbdkit_error ("ra-cache-stats: %s: %s is not a directory", path, dir);
+    nbdkit_error ("%s: %s: %s is not a directory", key, path, dir);
   else if (access (dir, W_OK | X_OK) == -1)
-    nbdkit_error ("ra-cache-stats: %s: the directory %s is not writable: %m",
-                  path, dir);
+    nbdkit_error ("%s: %s: the directory %s is not writable: %m",
+                  key, path, dir);
   else if (stat (path, &st) == 0 && S_ISDIR (st.st_mode))
-    nbdkit_error ("ra-cache-stats: %s is a directory", path);
+    nbdkit_error ("%s: %s is a directory", key, path);
   else
     r = 0;
   free (dir);
@@ -371,9 +371,14 @@ ra_cache_config_complete (nbdkit_next_config_complete *next,
                     what, mem);
   }
   if (make_absolute (&cfg.stats_file) == -1 ||
-      make_absolute (&cfg.stats_socket) == -1)
+      make_absolute (&cfg.stats_socket) == -1 ||
+      make_absolute (&cfg.learn_file) == -1)
     return -1;
-  if (cfg.stats_file && check_stats_file (cfg.stats_file) == -1)
+  if (cfg.stats_file &&
+      check_file_path ("ra-cache-stats", cfg.stats_file) == -1)
+    return -1;
+  if (cfg.learn_file &&
+      check_file_path ("ra-cache-learn", cfg.learn_file) == -1)
     return -1;
   return next (nxdata);
 }
@@ -669,6 +674,8 @@ ra_cache_cleanup (nbdkit_backend *backend)
     rc_cache_stop (cache);
     if (cfg.stats_file && rc_stats_write_file (cache, cfg.stats_file) == -1)
       nbdkit_error ("ra-cache-stats: %s: %m", cfg.stats_file);
+    if (rc_cache_learn_save (cache) == -1)
+      nbdkit_error ("ra-cache-learn: %s: %m", cfg.learn_file);
     rc_cache_free (cache);
     cache = NULL;
   }
@@ -814,6 +821,11 @@ ra_cache_prepare (nbdkit_next *next, void *handle, int readonly)
    * theirs now (not before: a server that allows one connection must
    * give it to the first client).
    */
+  if (!h->bypass && rc_cache_learn_start (cache, get_cached_export () ?: "")
+      == -1) {
+    nbdkit_error ("ra-cache-learn: %m");
+    return -1;
+  }
   if (!h->bypass && !h->connected) {
     rc_cache_connect (cache);
     h->connected = true;
