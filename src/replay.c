@@ -9,7 +9,9 @@
  *     at the first client read;
  *   - a window's first position is the replay marker: when a client
  *     read reaches it (reads a page at or after it among those the
- *     replay has read), the next window is read, RC_REPLAY_GROWTH times
+ *     replay has read) and the clients have used at least
+ *     1/RC_REPLAY_USED_DIV of what the windows before it read, the next
+ *     window is read, RC_REPLAY_GROWTH times
  *     larger, up to an eighth of the cache: the replay stays one to
  *     two windows ahead of the clients, at most a quarter of the cache,
  *     and waits for them when it is there (with a quarter, a learned
@@ -29,7 +31,10 @@
  * replay_wasted_pages).  The replay only ever reads from the backend,
  * and writes invalidate its pages as any others: it is never stale.
  * Clients that read something else than the sequence never reach the
- * marker: the replay then stops after its first window.
+ * marker, or reach it by chance (a random reader over the whole export
+ * once in a while reads a page of a window scattered over it) but do
+ * not use the windows before it: the replay then stops after its first
+ * window or two.
  *
  * Lock order: the replay's lock is taken (try-locked) by a client read
  * holding no other lock; inside it the cache's shard locks and the
@@ -47,7 +52,8 @@
 #include "racache/learn.h"
 #include "racache/util.h"
 
-#define RC_REPLAY_FIRST_BYTES (UINT64_C (1) << 20)
+#define RC_REPLAY_FIRST_BYTES (UINT64_C (256) << 10)
+#define RC_REPLAY_USED_DIV 4
 #define RC_REPLAY_GROWTH 4
 #define RC_REPLAY_GAP_BYTES (UINT64_C (16) << 10)
 
@@ -60,7 +66,10 @@ struct rc_replay {
    */
   _Atomic uint64_t issued, reached, marker;
   _Atomic bool started;
-  uint64_t window;              /* the last window's size, under lock */
+  /* Under lock: the last window's size; pages the windows inserted,
+   * all of them and all but the last one's.
+   */
+  uint64_t window, inserted, inserted_before;
 };
 
 /* The pages [start, start + count) of a window's run, inserted and
@@ -110,7 +119,9 @@ replay_window (struct rc_cache *c, struct rc_replay *r)
   size_t m, k;
 
   if (from >= total || !rc_workers_ready (c) ||
-      rc_congestion (c, RC_CONG_KEEP, &asked) != RC_CONG_GO)
+      rc_congestion (c, RC_CONG_KEEP, &asked) != RC_CONG_GO ||
+      STAT_GET (&c->stats, replay_used_pages) * RC_REPLAY_USED_DIV
+      < r->inserted_before)
     return;
   cap = rc_pc_capacity (c->pc) / 8;
   if (r->window == 0)
@@ -133,6 +144,8 @@ replay_window (struct rc_cache *c, struct rc_replay *r)
                             c->params.io_max);
   free (runs);
   STAT_ADD (&c->stats, replay_pages, inserted);
+  r->inserted_before = r->inserted;
+  r->inserted += inserted;
   r->window = n;
   atomic_store (&r->marker, from);
   atomic_store (&r->issued, from + n);

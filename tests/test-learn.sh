@@ -6,8 +6,9 @@
 # the backend's, the replay read it ahead (replay_used_pages) and the
 # clients missed far less.  Then: a write to the backend between runs
 # (the replayed data is the new data), the merge of two runs, a learned
-# file larger than the cache (paced: little evicted unused), the file
-# rewritten at intervals, and the files to ignore (garbage, truncated,
+# file larger than the cache (paced: little evicted unused), another
+# workload with the file (the replay stops), the file rewritten at
+# intervals, and the files to ignore (garbage, truncated,
 # another export) and the paths to refuse.
 test_needs="nbdkit filter"
 . "${top_srcdir:-$(dirname "$0")/..}/tests/functions.sh"
@@ -92,6 +93,20 @@ info "replay: sequence $seq pages, replayed $replayed, used $used," \
   fail "the replay left $misses2 misses (without it: $misses1)"
 grep -q "ra-cache-learn: .*ignored" "$d/rep.log" &&
   fail "a good file was ignored: $(grep "ra-cache-learn: " "$d/rep.log")"
+
+# ---- another workload with this file: the replay stops --------------------
+# Reads at random over [20M, 64M) (a tenth of them in the last 4M of
+# the boot's region): they read pages of the replay's windows by chance,
+# but do not follow the learned order.  A copy of the file: this run
+# rewrites it.
+cp "$learn" "$d/other-workload.learn"
+start_front rnd back ra-cache-learn="$d/other-workload.learn"
+boot rnd 7 $((20 << 20)) $((44 << 20)) 1500
+stop_server rnd
+read -r rreplayed rused <<< "$(ra_stat rnd replay_pages replay_used_pages)"
+info "a random reader with the boot's file: replayed $rreplayed, used $rused"
+[ "$rreplayed" -le $((seq / 3)) ] ||
+  fail "the replay went on for a random reader: $rreplayed pages replayed"
 
 # ---- a write between runs: the replay reads the new data ----------------
 /usr/bin/python3 - "$d/disk.img" <<'PY'
