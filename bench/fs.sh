@@ -61,6 +61,12 @@
 #   ra-cache-base    (only if named in CONFIGS) the same with FILTER_BASE,
 #                    another build of the filter (main's, say), to compare
 #                    a change with it in one run
+#   ra-cache-learn   (only if named in CONFIGS) ra-cache recording into a
+#                    fresh ra-cache-learn file of this image and workload:
+#                    a first run with learning
+#   ra-cache-replay  (only if named in CONFIGS, after ra-cache-learn) ra-cache
+#                    with the file that run wrote: the second run, replayed
+#                    (windows column: R=used/replayed pages)
 #   ceiling          rdelay=0, front without a filter: the no-latency limit
 #
 # Figures, of the median run by seconds: seconds, speed-up against plain
@@ -155,7 +161,9 @@ done
 have_filter=yes
 [ -f "$FILTER" ] || { have_filter=no; echo "fs.sh: $FILTER is not built: the ra-cache rows will say n/a" >&2; }
 for c in $CONFIGS; do
-  case "$c" in plain|readahead+cache|ra-cache|ceiling) ;;
+  case "$c" in plain|readahead+cache|ra-cache|ra-cache-learn|ceiling) ;;
+    ra-cache-replay) [[ " $CONFIGS " = *" ra-cache-learn "*"ra-cache-replay "* ]] ||
+      bench_die "ra-cache-replay needs ra-cache-learn before it in CONFIGS" ;;
     ra-cache-base) [ -f "$FILTER_BASE" ] || bench_die "ra-cache-base needs FILTER_BASE (a built filter)" ;;
     *) bench_die "unknown configuration $c" ;;
   esac
@@ -378,6 +386,8 @@ except Exception:
 w = d.get("windows", {})
 parts = ["%s=%d" % (k, v) for k, v in sorted(w.items()) if v]
 cb = d.get("client_bytes", 0)
+if d.get("replay_pages", 0):
+    parts.append("R=%d/%d" % (d.get("replay_used_pages", 0), d["replay_pages"]))
 print("%s %s" % (",".join(parts) or "-",
                  "%.2f" % (d.get("backend_bytes", 0) / cb) if cb else "n/a"))
 EOF
@@ -390,9 +400,10 @@ run_once () # run_once ATTACH LAYOUT TREE WORKLOAD CONFIG REP
 {
   local how=$1 layout=$2 t=$3 wl=$4 c=$5 rep=$6 delay=$RDELAY key=$1/$2/$3/$4/$5
   local image=${image_of[$2/$3]} trace_log=$TRACE.$2.$3.$4.log
+  local learn=$bench_tmpdir/$1.$2.$3.$4.learn
   local stats=$bench_tmpdir/back.stats rstats=$bench_tmpdir/ra.stats
   local res secs bytes back_bytes wins amp
-  local -a front=()
+  local -a front=() learn_arg=()
   [ "$c" = ceiling ] && delay=0
   if [ -n "$TRACE" ] && [ "$c" = ra-cache ]; then
     rm -f "$trace_log"
@@ -401,10 +412,16 @@ run_once () # run_once ATTACH LAYOUT TREE WORKLOAD CONFIG REP
   case "$c" in
     readahead+cache) front+=(--filter=readahead --filter=cache) ;;
     ra-cache) front+=(--filter="$FILTER") ;;
+    ra-cache-learn)
+      rm -f "$learn"
+      front+=(--filter="$FILTER"); learn_arg=(ra-cache-learn="$learn") ;;
+    ra-cache-replay)
+      [ -s "$learn" ] || { echo "fs.sh: $key: the learn run wrote no $learn" >&2; cell[$key]=FAIL; failed=1; return 0; }
+      front+=(--filter="$FILTER"); learn_arg=(ra-cache-learn="$learn") ;;
     ra-cache-base) front+=(--filter="$FILTER_BASE") ;;
   esac
   front+=(nbd socket="$(bench_sock back)")
-  [[ "$c" = ra-cache* ]] && front+=("${ra_cache_args[@]}" ra-cache-stats="$rstats")
+  [[ "$c" = ra-cache* ]] && front+=("${ra_cache_args[@]}" "${learn_arg[@]}" ra-cache-stats="$rstats")
   [ -n "$TRACE" ] && [ "$c" = ra-cache ] && front+=(logfile="$trace_log")
 
   rm -f "$stats" "$rstats" "$bench_tmpdir"/*.log
