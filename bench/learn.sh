@@ -22,8 +22,9 @@
 #              first run with learning
 #   replay     the filter with the file the learn run of the same row
 #              wrote: the second run
-#   boot-file  (rand and seq) the filter with a copy of the boot row's
-#              learned file: a learned file of another workload
+#   boot-file  (rand and seq, when WORKLOADS has boot first) the filter
+#              with a copy of the boot row's learned file: a learned file
+#              of another workload
 #   ceiling    rdelay=0, no filter: the no-latency limit
 # Figures: seconds (fio's wall clock, connection included), of the
 # median run; ratios: learn / ra-cache and boot-file / ra-cache (speed,
@@ -62,10 +63,11 @@ bench_traps
 
 configs_of ()
 {
-  case $1 in
-    boot) echo "plain ra-cache learn replay ceiling" ;;
-    *) echo "plain ra-cache learn replay boot-file ceiling" ;;
-  esac
+  if [ "$1" = boot ] || [[ " $WORKLOADS " != *" boot "* ]]; then
+    echo "plain ra-cache learn replay ceiling"
+  else
+    echo "plain ra-cache learn replay boot-file ceiling"
+  fi
 }
 
 fio_args ()
