@@ -126,9 +126,7 @@ replay (uint64_t h)
     ra_max = (cache_size / 2) & ~(page_size - 1);
 
   /* As main does without --export-size. */
-  export_size = (t.max_end + page_size - 1) & ~(page_size - 1);
-  if (t.log_export_size > export_size)
-    export_size = t.log_export_size;
+  export_size = trace_export_size (&t, page_size);
   if (trace_number_streams (&t, &stream_ids, &nstreams) == -1)
     return;
 

@@ -19,6 +19,7 @@
 
 #include <config.h>
 
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -230,7 +231,7 @@ parse_time (const char *arg, uint64_t max_ns, uint64_t *out)
     *out = 0;
     return true;
   }
-  for (; trace_is_digit (*p); p++, digits++) {
+  for (; isdigit ((unsigned char) *p); p++, digits++) {
     if (whole > UINT64_C (1000000000000))
       return false;
     whole = whole * 10 + (uint64_t) (*p - '0');
@@ -238,7 +239,7 @@ parse_time (const char *arg, uint64_t max_ns, uint64_t *out)
   if (*p == '.') {
     size_t fd = 0;
 
-    for (p++; trace_is_digit (*p); p++, fd++) {
+    for (p++; isdigit ((unsigned char) *p); p++, fd++) {
       if (fd == 9)
         return false;
       frac = frac * 10 + (uint64_t) (*p - '0');
@@ -488,7 +489,6 @@ parse_options (int argc, char *argv[], struct options *o)
 static void
 load_trace (struct options *o, struct trace *t)
 {
-  uint64_t page_size = o->cfg.page_size;
   FILE *fp = stdin;
 
   t->name = o->trace ? o->trace : "<stdin>";
@@ -498,14 +498,10 @@ load_trace (struct options *o, struct trace *t)
     die ("%s", t->err);
   if (fp != stdin)
     fclose (fp);
-  if (o->have_export_size) {
-    if (trace_check_export_size (t, o->export_size) == -1)
-      die ("%s", t->err);
-    return;
-  }
-  o->export_size = (t->max_end + page_size - 1) & ~(page_size - 1);
-  if (t->log_export_size > o->export_size)
-    o->export_size = t->log_export_size;
+  if (!o->have_export_size)
+    o->export_size = trace_export_size (t, o->cfg.page_size);
+  else if (trace_check_export_size (t, o->export_size) == -1)
+    die ("%s", t->err);
 }
 
 /* The heading lines: the parameters used. */

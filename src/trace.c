@@ -2,6 +2,7 @@
 
 #include <config.h>
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -9,6 +10,9 @@
 #include <string.h>
 
 #include "trace.h"
+
+/* Reads end at most here (NBD offsets are signed 64 bit in nbdkit). */
+#define TRACE_MAX_END ((uint64_t) INT64_MAX)
 
 /* Record "NAME:LINE: message" in t->err; returns -1. */
 static int __attribute__ ((format (printf, 3, 4)))
@@ -26,53 +30,35 @@ line_error (struct trace *t, unsigned long line, const char *fmt, ...)
   return -1;
 }
 
+/* (The tool never calls setlocale: these are the C locale's classes.) */
 static bool
 is_space (char c)
 {
-  return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' ||
-    c == '\f';
+  return isspace ((unsigned char) c);
 }
 
-bool
-trace_is_digit (char c)
-{
-  return c >= '0' && c <= '9';
-}
-
-static int
-hex_value (char c)
-{
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-/* Parse the whole of [s, s + len) as a decimal or 0x hex number.
- * Returns false if it is not one or does not fit in 64 bits.
+/* Parse the whole of [s, s + len) as a decimal or 0x hex number; false
+ * if it is not one or does not fit in 64 bits.
  */
-bool
-trace_parse_number (const char *s, size_t len, uint64_t *out)
+static bool
+parse_number (const char *s, size_t len, uint64_t *out)
 {
+  static const char digits[] = "0123456789abcdef";
+  bool hex = len > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+  unsigned base = hex ? 16 : 10;
   uint64_t v = 0;
-  size_t i = 0;
+  size_t i;
 
   if (len == 0)
     return false;
-  if (len > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
-    for (i = 2; i < len; i++) {
-      int d = hex_value (s[i]);
-      if (d < 0 || v > (UINT64_MAX >> 4))
-        return false;
-      v = (v << 4) | (unsigned) d;
-    }
-  }
-  else {
-    for (i = 0; i < len; i++) {
-      if (!trace_is_digit (s[i]) || v > (UINT64_MAX - (unsigned) (s[i] - '0')) / 10)
-        return false;
-      v = v * 10 + (unsigned) (s[i] - '0');
-    }
+  for (i = hex ? 2 : 0; i < len; i++) {
+    const char *d = s[i] ? strchr (digits, tolower ((unsigned char) s[i]))
+      : NULL;
+
+    if (!d || (unsigned) (d - digits) >= base ||
+        v > (UINT64_MAX - (unsigned) (d - digits)) / base)
+      return false;
+    v = v * base + (unsigned) (d - digits);
   }
   *out = v;
   return true;
@@ -90,11 +76,9 @@ next_token (const char **p, const char **tok, size_t *len)
 
   while (is_space (*s))
     s++;
-  if (*s == '\0') {
-    *p = s;
+  *p = *tok = s;
+  if (*s == '\0')
     return false;
-  }
-  *tok = s;
   for (; *s && (quoted || !is_space (*s)); s++) {
     if (quoted && *s == '\\' && s[1])
       s++;
@@ -106,24 +90,27 @@ next_token (const char **p, const char **tok, size_t *len)
   return true;
 }
 
-/* Does the token start with key= ?  Then *val is the value. */
-static bool
-token_key (const char *tok, size_t len, const char *key,
-           const char **val, size_t *vlen)
-{
-  size_t k = strlen (key);
-
-  if (len <= k || memcmp (tok, key, k) != 0 || tok[k] != '=')
-    return false;
-  *val = tok + k + 1;
-  *vlen = len - k - 1;
-  return true;
-}
-
 static bool
 token_is (const char *tok, size_t len, const char *word)
 {
   return len == strlen (word) && memcmp (tok, word, len) == 0;
+}
+
+/* If the token is key=NUMBER: 1 with *v set; 0 if it is not key=; -1
+ * (t->err: "WHAT: bad NOUN 'VALUE'") if NUMBER is not a number.
+ */
+static int
+key_number (struct trace *t, unsigned long line, const char *tok, size_t len,
+            const char *key, const char *what, const char *noun, uint64_t *v)
+{
+  size_t k = strlen (key);
+
+  if (len <= k || memcmp (tok, key, k) != 0 || tok[k] != '=')
+    return 0;
+  if (!parse_number (tok + k + 1, len - k - 1, v))
+    return line_error (t, line, "%s: bad %s '%.*s'", what, noun,
+                       (int) (len - k - 1), tok + k + 1);
+  return 1;
 }
 
 /* Does s start with the log filter's time stamp,
@@ -135,34 +122,29 @@ skip_log_timestamp (const char *s)
   static const char pattern[] = "dddd-dd-dd dd:dd:dd";
   size_t i;
 
-  for (i = 0; pattern[i]; i++) {
-    if (pattern[i] == 'd' ? !trace_is_digit (s[i]) : s[i] != pattern[i])
+  for (i = 0; pattern[i]; i++)
+    if (pattern[i] == 'd' ? !isdigit ((unsigned char) s[i])
+        : s[i] != pattern[i])
       return NULL;
-  }
   s += i;
   if (*s == '.') {
-    s++;
-    if (!trace_is_digit (*s))
+    if (!isdigit ((unsigned char) *++s))
       return NULL;
-    while (trace_is_digit (*s))
+    while (isdigit ((unsigned char) *s))
       s++;
   }
-  if (!is_space (*s))
-    return NULL;
-  return s;
+  return is_space (*s) ? s : NULL;
 }
 
 static int
 add_read (struct trace *t, unsigned long line, uint64_t offset,
           uint64_t length, uint64_t stream_id)
 {
-  struct trace_read *r;
-
   if (length == 0)
     return line_error (t, line, "the length of a read must not be 0");
   if (offset > TRACE_MAX_END || length > TRACE_MAX_END - offset)
     return line_error (t, line, "read at offset %" PRIu64 " of %" PRIu64
-                " bytes ends past 2^63-1", offset, length);
+                       " bytes ends past 2^63-1", offset, length);
   if (t->nr == t->alloc) {
     size_t alloc = t->alloc ? 2 * t->alloc : 1024;
     struct trace_read *reads = realloc (t->reads, alloc * sizeof *reads);
@@ -172,12 +154,9 @@ add_read (struct trace *t, unsigned long line, uint64_t offset,
     t->reads = reads;
     t->alloc = alloc;
   }
-  r = &t->reads[t->nr++];
-  r->offset = offset;
-  r->length = length;
-  r->stream_id = stream_id;
-  r->stream = 0;
-  r->line = line;
+  t->reads[t->nr++] = (struct trace_read) {
+    .offset = offset, .length = length, .stream_id = stream_id, .line = line,
+  };
   if (offset + length > t->max_end)
     t->max_end = offset + length;
   return 0;
@@ -192,50 +171,47 @@ add_read (struct trace *t, unsigned long line, uint64_t offset,
 static int
 parse_log_line (struct trace *t, unsigned long line, const char *s)
 {
-  const char *tok, *val;
-  size_t len, vlen;
+  const char *tok;
+  size_t len;
   uint64_t stream = 0, offset = 0, count = 0, size;
   bool have_offset = false, have_count = false;
+  int r;
 
   if (!next_token (&s, &tok, &len))
     return 0;
-  if (token_key (tok, len, "connection", &val, &vlen)) {
-    if (!trace_parse_number (val, vlen, &stream))
-      return line_error (t, line, "log line: bad connection number '%.*s'",
-                  (int) vlen, val);
-    if (!next_token (&s, &tok, &len))
-      return 0;
-  }
+  r = key_number (t, line, tok, len, "connection", "log line",
+                  "connection number", &stream);
+  if (r == -1)
+    return -1;
+  if (r == 1 && !next_token (&s, &tok, &len))
+    return 0;
   if (token_is (tok, len, "Connect")) {
     while (next_token (&s, &tok, &len)) {
-      if (token_key (tok, len, "size", &val, &vlen)) {
-        if (!trace_parse_number (val, vlen, &size))
-          return line_error (t, line, "log Connect line: bad size '%.*s'",
-                      (int) vlen, val);
-        if (size > TRACE_MAX_END)     /* nbdkit's sizes are int64_t */
-          return line_error (t, line, "log Connect line: size %" PRIu64
-                      " is larger than 2^63-1", size);
-        if (size > t->log_export_size)
-          t->log_export_size = size;
-      }
+      r = key_number (t, line, tok, len, "size", "log Connect line", "size",
+                      &size);
+      if (r == -1)
+        return -1;
+      if (r == 1 && size > TRACE_MAX_END)     /* nbdkit's sizes are int64_t */
+        return line_error (t, line, "log Connect line: size %" PRIu64
+                           " is larger than 2^63-1", size);
+      if (r == 1 && size > t->log_export_size)
+        t->log_export_size = size;
     }
     return 0;
   }
   if (!token_is (tok, len, "Read"))
     return 0;
   while (next_token (&s, &tok, &len)) {
-    if (token_key (tok, len, "offset", &val, &vlen)) {
-      if (!trace_parse_number (val, vlen, &offset))
-        return line_error (t, line, "log Read line: bad offset '%.*s'",
-                    (int) vlen, val);
+    r = key_number (t, line, tok, len, "offset", "log Read line", "offset",
+                    &offset);
+    if (r == 1)
       have_offset = true;
-    }
-    else if (token_key (tok, len, "count", &val, &vlen)) {
-      if (!trace_parse_number (val, vlen, &count))
-        return line_error (t, line, "log Read line: bad count '%.*s'",
-                    (int) vlen, val);
+    else if (r == 0 && (r = key_number (t, line, tok, len, "count",
+                                        "log Read line", "count",
+                                        &count)) == 1)
       have_count = true;
-    }
+    if (r == -1)
+      return -1;
   }
   if (!have_offset || !have_count)
     return line_error (t, line, "log Read line without offset= and count=");
@@ -250,25 +226,23 @@ parse_plain_line (struct trace *t, unsigned long line, char *s)
   uint64_t v[3] = { 0, 0, 0 };
   const char *p = s, *tok;
   size_t len;
-  char *hash = strchr (s, '#');
   int n = 0;
 
-  if (hash)
-    *hash = '\0';
+  s[strcspn (s, "#")] = '\0';
   while (next_token (&p, &tok, &len)) {
     if (n == 3)
-      return line_error (t, line, "expected OFFSET LENGTH [STREAM], found more "
-                  "(at '%.*s')", (int) len, tok);
-    if (!trace_parse_number (tok, len, &v[n]))
-      return line_error (t, line, "%s: '%.*s' is not a number (decimal or 0x hex)",
-                  what[n], (int) len, tok);
+      return line_error (t, line, "expected OFFSET LENGTH [STREAM], found "
+                         "more (at '%.*s')", (int) len, tok);
+    if (!parse_number (tok, len, &v[n]))
+      return line_error (t, line, "%s: '%.*s' is not a number (decimal or "
+                         "0x hex)", what[n], (int) len, tok);
     n++;
   }
   if (n == 0)
     return 0;                   /* only a comment */
   if (n == 1)
-    return line_error (t, line, "expected OFFSET LENGTH [STREAM], found only one "
-                "number");
+    return line_error (t, line, "expected OFFSET LENGTH [STREAM], found "
+                       "only one number");
   return add_read (t, line, v[0], v[1], v[2]);
 }
 
@@ -291,25 +265,26 @@ parse_line (struct trace *t, unsigned long line, char *s)
 int
 trace_read_file (struct trace *t, FILE *fp)
 {
-  ssize_t n;
+  char *buf = NULL;
+  size_t cap = 0;
   unsigned long line = 0;
+  ssize_t n;
+  int r = 0;
 
-  while (errno = 0, (n = getline (&t->linebuf, &t->linecap, fp)) != -1) {
+  while (r == 0 && (errno = 0, n = getline (&buf, &cap, fp)) != -1) {
     line++;
-    if (memchr (t->linebuf, '\0', (size_t) n))
-      return line_error (t, line, "a NUL byte: this is not a text trace");
-    if (parse_line (t, line, t->linebuf) == -1)
-      return -1;
+    if (memchr (buf, '\0', (size_t) n))
+      r = line_error (t, line, "a NUL byte: this is not a text trace");
+    else
+      r = parse_line (t, line, buf);
   }
-  if (ferror (fp)) {
+  if (r == 0 && ferror (fp)) {
     snprintf (t->err, sizeof t->err, "%s: read error: %s", t->name,
               strerror (errno));
-    return -1;
+    r = -1;
   }
-  free (t->linebuf);
-  t->linebuf = NULL;
-  t->linecap = 0;
-  return 0;
+  free (buf);
+  return r;
 }
 
 static int
@@ -322,10 +297,9 @@ cmp_u64 (const void *a, const void *b)
 int
 trace_number_streams (struct trace *t, uint64_t **ids_out, size_t *n_out)
 {
-  uint64_t *ids;
+  uint64_t *ids = malloc ((t->nr ? t->nr : 1) * sizeof *ids);
   size_t i, n = 0;
 
-  ids = malloc ((t->nr ? t->nr : 1) * sizeof *ids);
   if (!ids) {
     snprintf (t->err, sizeof t->err, "out of memory");
     return -1;
@@ -346,6 +320,14 @@ trace_number_streams (struct trace *t, uint64_t **ids_out, size_t *n_out)
   return 0;
 }
 
+uint64_t
+trace_export_size (const struct trace *t, uint64_t page_size)
+{
+  uint64_t end = (t->max_end + page_size - 1) & ~(page_size - 1);
+
+  return t->log_export_size > end ? t->log_export_size : end;
+}
+
 int
 trace_check_export_size (struct trace *t, uint64_t export_size)
 {
@@ -363,10 +345,7 @@ trace_check_export_size (struct trace *t, uint64_t export_size)
 void
 trace_free (struct trace *t)
 {
-  free (t->linebuf);
   free (t->reads);
-  t->linebuf = NULL;
   t->reads = NULL;
-  t->nr = t->alloc = t->linecap = 0;
+  t->nr = t->alloc = 0;
 }
-

@@ -13,13 +13,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* Reads end at most here (NBD offsets are signed 64 bit in nbdkit). */
-#define TRACE_MAX_END ((uint64_t) INT64_MAX)
-
 struct trace_read {
   uint64_t offset, length;
   uint64_t stream_id;          /* as written in the trace */
-  size_t stream;               /* dense index into the stream states */
+  size_t stream;               /* dense index (trace_number_streams) */
   unsigned long line;
 };
 
@@ -29,8 +26,6 @@ struct trace {
   size_t nr, alloc;
   uint64_t max_end;            /* largest offset + length */
   uint64_t log_export_size;    /* largest size= of a log Connect line */
-  char *linebuf;               /* trace_read_file's getline buffer */
-  size_t linecap;
   char err[512];               /* the message of the last error */
 };
 
@@ -48,13 +43,12 @@ void trace_free (struct trace *t);
 int trace_number_streams (struct trace *t, uint64_t **ids_out,
                           size_t *n_out);
 
+/* The export size when none is given: the largest size of the log's
+ * Connect lines or the end of the last page read, whichever is larger.
+ */
+uint64_t trace_export_size (const struct trace *t, uint64_t page_size);
+
 /* -1 with t->err if a read ends past export_size. */
 int trace_check_export_size (struct trace *t, uint64_t export_size);
-
-/* Parse the whole of [s, s + len) as a decimal or 0x hex number; false
- * if it is not one or does not fit in 64 bits.
- */
-bool trace_parse_number (const char *s, size_t len, uint64_t *out);
-bool trace_is_digit (char c);
 
 #endif /* RA_TRACE_TRACE_H */
