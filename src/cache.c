@@ -191,10 +191,7 @@ rc_stream_new (void)
   rc_behind_init (&s->behind);
   s->bytes_reading = s->depth_bytes = 0;
   s->nreading = s->depth_reads16 = 0;
-  /* Owners 1 .. RC_PC_OWNERS - 1, reused after that many streams: a
-   * reused number may hand a new stream an old one's waste once.
-   */
-  s->owner = atomic_fetch_add (&next_owner, 1) % (RC_PC_OWNERS - 1) + 1;
+  s->owner = rc_pc_owner_of (atomic_fetch_add (&next_owner, 1));
   return s;
 }
 
@@ -576,8 +573,7 @@ read_cached (struct rc_cache *c, struct rc_stream *s, void *ctx,
    * is not a second use of the page.
    */
   ACQUIRE_LOCK (&s->lock);
-  cr.again_page = s->ra.prev_pos > 0 ? (s->ra.prev_pos - 1) >> shift
-    : RA_NO_MARKER;
+  cr.again_page = rc_again_page (&s->ra, shift);
   slot = rc_behind_start (&s->behind, offset >> shift);
   s->bytes_reading += count;
   s->nreading++;

@@ -127,15 +127,6 @@ clock_add (uint64_t a, uint64_t b)
   return a + b;
 }
 
-/* The page cache's owner number of the stream being replayed (the
- * waste feedback of adaptive mode is per owner).
- */
-static unsigned
-cur_owner (const struct sim *s)
-{
-  return (unsigned) (s->cur_stream % (RC_PC_OWNERS - 1)) + 1;
-}
-
 /* ---- the backend (timed replay) ----------------------------------------- */
 
 static bool
@@ -432,7 +423,7 @@ trigger (struct sim *s, struct ra_state *ra, ra_pgoff index, bool marker,
   struct rc_trigger t;
   int ignored;
 
-  rc_trigger_init (&t, ra, cur_owner (s), index, marker, last, rd, 1, 0);
+  rc_trigger_init (&t, ra, rc_pc_owner_of (s->cur_stream), index, marker, last, rd, 1, 0);
   rc_trigger (&s->env, &t, NULL, &ignored);
   record (s, ra, &t, marker ? "async" : "sync");
   rc_trigger_free (&t);
@@ -446,7 +437,7 @@ late (struct sim *s, struct ra_state *ra, ra_pgoff index)
 {
   struct rc_trigger t;
 
-  rc_trigger_init (&t, ra, cur_owner (s), index, false, index + 1, NULL, 1,
+  rc_trigger_init (&t, ra, rc_pc_owner_of (s->cur_stream), index, false, index + 1, NULL, 1,
                    0);
   if (rc_trigger_late (&s->env, &t, NULL))
     record (s, ra, &t, "early");
@@ -538,11 +529,7 @@ replay_read (struct sim *s, struct ra_state *ra, const struct trace_read *r)
   STAT_ADD (&s->st, client_reads, 1);
   rc_read_init (&rd, r->offset, r->length, s->p.page_shift);
   rd.user = ra;
-  /* The page where the stream's previous read ended: reading on in it
-   * is not a second use (as src/cache.c rc_read).
-   */
-  s->again_page = ra->prev_pos > 0 ? (ra->prev_pos - 1) >> s->p.page_shift
-    : RA_NO_MARKER;
+  s->again_page = rc_again_page (ra, s->p.page_shift);
   if (s->streams && s->cur_stream < s->nstreams)
     slot = rc_behind_start (&s->streams[s->cur_stream].behind, rd.first);
   rc_read_path (&sim_read_ops, s, &s->st, s->p.page_shift, &rd, &err);

@@ -84,6 +84,16 @@ enum rc_insert_kind {
  */
 #define RC_PC_OWNERS 1024
 
+/* The owner number of the n-th stream (n from 0): 1 .. RC_PC_OWNERS - 1,
+ * reused after that many streams (a reused number may hand a new stream
+ * an old one's waste once).
+ */
+static inline unsigned
+rc_pc_owner_of (uint64_t n)
+{
+  return (unsigned) (n % (RC_PC_OWNERS - 1)) + 1;
+}
+
 /* Insert page index in flight if it is absent.  marker: the page gets
  * the marker.  owner: the stream that reads it (0 = none); if the page
  * was read ahead and is evicted unused, it counts as wasted for that

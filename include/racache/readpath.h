@@ -100,6 +100,16 @@ struct rc_read_ops {
 #define RC_PREV_POS_PER_BATCH 0
 #endif
 
+/* The page where the stream's previous read ended (RA_NO_MARKER: none):
+ * a read that goes on in it does not use it a second time
+ * (rc_pc_page_read's again).
+ */
+static inline ra_pgoff
+rc_again_page (const struct ra_state *ra, unsigned shift)
+{
+  return ra->prev_pos > 0 ? (ra->prev_pos - 1) >> shift : RA_NO_MARKER;
+}
+
 /* Sync triggers for one page before it is read around the cache (a
  * write made it stale, or the cache is full of pages in flight).
  */
