@@ -804,26 +804,6 @@ q_cached (void *opaque, ra_pgoff index)
 
 const struct ra_cache_ops rc_pc_query_ops = { .cached = q_cached };
 
-enum rc_page_state
-rc_pc_peek (struct rc_pagecache *pc, ra_pgoff index, bool *marker,
-            bool *ahead)
-{
-  struct shard *s = shard_of (pc, index);
-  enum rc_page_state r = RC_PAGE_ABSENT;
-  struct page *p;
-
-  *marker = *ahead = false;
-  ACQUIRE_LOCK (&s->lock);
-  p = lookup (s, index);
-  if (p) {
-    r = p->state == PAGE_UPTODATE ? RC_PAGE_UPTODATE : RC_PAGE_INFLIGHT;
-    *marker = (p->flags & PF_MARKER) != 0;
-    *ahead = (p->flags & PF_AHEAD) != 0;
-  }
-  RELEASE_LOCK (&s->lock);
-  return r;
-}
-
 void
 rc_pc_counts (struct rc_pagecache *pc, struct rc_pc_counts *out)
 {

@@ -13,9 +13,9 @@
  *
  * The cache is the filter's page cache (src/pagecache.c) without page
  * data (rc_pc_new_nodata): its eviction rule, its counters (in struct
- * rc_stats, as the filter's), its waste feedback; a page in flight is
- * waited for by moving the clock to its read's completion (rc_pc_peek)
- * before rc_pc_access.  Each stream gives back the pages it read once
+ * rc_stats, as the filter's), its waste feedback; a client waits for a
+ * page in flight (rc_pc_access's before_wait) by moving the clock to its
+ * read's completion.  Each stream gives back the pages it read once
  * behind it as the filter's streams do (rc_behind_start, rc_behind_end,
  * rc_pc_drop_behind).
  *
@@ -185,20 +185,6 @@ complete_read (struct sim *s, const struct backend_read *r)
   rc_pc_complete (s->pc, r->start, r->count, NULL, 0, 0);
 }
 
-/* When the backend read that has page index in flight completes. */
-static uint64_t
-ready_time (const struct sim *s, ra_pgoff index)
-{
-  size_t k;
-
-  for (k = 0; k < s->nheap; k++)
-    if (index >= s->heap[k].start &&
-        index < s->heap[k].start + s->heap[k].count)
-      return s->heap[k].done;
-  rt_fatal ("internal error: page %" PRIu64 " is in flight but was never "
-            "issued (read %" PRIu64 ")", (uint64_t) index, s->cur_read);
-}
-
 /* Move the clock to t (never back), completing the reads done by then. */
 static void
 set_clock (struct sim *s, uint64_t t)
@@ -209,6 +195,27 @@ set_clock (struct sim *s, uint64_t t)
   }
   if (t > s->now)
     s->now = t;
+}
+
+/* The client is about to wait for page index, in flight (rc_pc_access's
+ * before_wait): the clock moves to its read's completion, which makes
+ * it up to date.
+ */
+static void
+wait_for_page (void *arg, ra_pgoff index)
+{
+  struct sim *s = arg;
+  size_t k;
+
+  for (k = 0; k < s->nheap; k++)
+    if (index >= s->heap[k].start &&
+        index < s->heap[k].start + s->heap[k].count) {
+      s->c.stall_ns += s->heap[k].done - s->now;
+      set_clock (s, s->heap[k].done);
+      return;
+    }
+  rt_fatal ("internal error: page %" PRIu64 " is in flight but was never "
+            "issued (read %" PRIu64 ")", (uint64_t) index, s->cur_read);
 }
 
 /* Nanoseconds to move bytes over the link (rounded up). */
@@ -452,30 +459,21 @@ sim_access (void *opaque, struct rc_read *rd, ra_pgoff i, uint64_t from,
             uint64_t to, bool *waited, bool *waited_ahead)
 {
   struct sim *s = opaque;
-  struct rc_pc_page_read pgr = { .index = i, .again = i == s->again_page };
-  bool marker, ahead;
+  struct rc_pc_page_read pgr = {
+    .index = i, .again = i == s->again_page,
+    .before_wait = wait_for_page, .arg = s,
+  };
+  enum rc_access r = rc_pc_access (s->pc, &pgr);
 
   (void) rd; (void) from; (void) to;
-  *waited = *waited_ahead = false;
-  if (rc_pc_peek (s->pc, i, &marker, &ahead) == RC_PAGE_INFLIGHT &&
-      !marker) {
-    /* In flight: wait for it (the clock moves to its read's completion,
-     * which makes it up to date).  A read-ahead page nobody used yet is
-     * the late case of adaptive mode.
-     */
-    uint64_t ready = ready_time (s, i);
-
-    *waited = true;
-    *waited_ahead = ahead && s->tm.adaptive;
-    if (ahead)
-      s->c.ahead_waits++;
-    s->c.stall_ns += ready - s->now;
-    set_clock (s, ready);
-  }
-  /* The page is absent, carries the marker or is up to date now: the
-   * call does not sleep (pgr.waited stays false; the wait is above).
+  /* A wait for a read-ahead page nobody used yet: the late case of
+   * adaptive mode.
    */
-  return rc_pc_access (s->pc, &pgr);
+  *waited = pgr.waited;
+  *waited_ahead = pgr.waited_ahead && s->tm.adaptive;
+  if (pgr.waited_ahead)
+    s->c.ahead_waits++;
+  return r;
 }
 
 static int

@@ -211,11 +211,12 @@ struct rc_pc_page_read {
   bool again;
   /* Optional: if the page is in flight, called once as
    * before_wait (arg, index) with no lock held (so the caller can hurry
-   * the read along) before the call sleeps until the page is ready.
+   * the read along; ra-trace moves its virtual clock to the read's
+   * completion) before the call sleeps until the page is ready.
    */
   void (*before_wait) (void *arg, ra_pgoff index);
   void *arg;
-  bool waited;                  /* set: the call slept */
+  bool waited;                  /* set: the page was in flight: waited for */
   /* Set: the page it slept for was in flight as part of an async part
    * (the read ahead was late).
    */
@@ -247,14 +248,6 @@ unsigned rc_pc_copy_run (struct rc_pagecache *pc, ra_pgoff index, unsigned n,
  */
 void rc_pc_invalidate (struct rc_pagecache *pc, uint64_t offset,
                        uint64_t count);
-
-/* What a page is now, without touching it (a simulation waits for a
- * page in flight itself before rc_pc_access): *marker, *ahead (read
- * ahead and not used yet) when it is cached.
- */
-enum rc_page_state { RC_PAGE_ABSENT, RC_PAGE_INFLIGHT, RC_PAGE_UPTODATE };
-enum rc_page_state rc_pc_peek (struct rc_pagecache *pc, ra_pgoff index,
-                               bool *marker, bool *ahead);
 
 /* Counts for tests and stats. */
 struct rc_pc_counts {
