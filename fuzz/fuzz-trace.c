@@ -57,7 +57,6 @@ rt_fatal (const char *fmt, ...)
 static struct trace t;
 static struct sim s;
 static bool have_sim;
-static struct ra_state *states;
 static uint64_t *stream_ids;
 
 int LLVMFuzzerInitialize (int *argc, char ***argv);
@@ -101,6 +100,7 @@ replay (uint64_t h)
   uint64_t io_max = io_pages[(h >> 16) % 3] << shift;
   uint64_t cache_size = cache_pages[(h >> 24) % 4] << shift;
   uint64_t export_size, pages = 0, before;
+  const struct timing instant = { 0 };
   struct rc_config cfg;
   struct ra_params p;
   char err[256];
@@ -143,17 +143,11 @@ replay (uint64_t h)
   }
   rc_engine_params (&cfg, cfg.max_background, &p);
   p.export_size = export_size;
-  states = malloc ((nstreams ? nstreams : 1) * sizeof *states);
-  if (!states)
-    return;
-  for (i = 0; i < nstreams; i++)
-    ra_state_init (&states[i]);
-  sim_init (&s, &cfg, &p, true);
+  sim_init (&s, &cfg, &p, &instant, nstreams, true);
   have_sim = true;
   for (i = 0; i < t.nr; i++) {
-    s.cur_read = i + 1;
     before = STAT_GET (&s.st, page_hits) + STAT_GET (&s.st, page_misses);
-    replay_read (&s, &states[t.reads[i].stream], &t.reads[i]);
+    replay_read (&s, &t.reads[i]);
     if (STAT_GET (&s.st, page_hits) + STAT_GET (&s.st, page_misses) - before !=
         ((t.reads[i].offset + t.reads[i].length + page_size - 1) >> shift) -
         (t.reads[i].offset >> shift)) {
@@ -164,9 +158,9 @@ replay (uint64_t h)
       struct rc_pc_counts pcc;
 
       rc_pc_counts (s.pc, &pcc);
-      if (pcc.pages > s.capacity) {
+      if (pcc.pages > rc_pc_capacity (s.pc)) {
         fprintf (stderr, "read %zu: %" PRIu64 " pages cached, capacity %"
-                 PRIu64 "\n", i, pcc.pages, s.capacity);
+                 PRIu64 "\n", i, pcc.pages, rc_pc_capacity (s.pc));
         abort ();
       }
     }
@@ -188,7 +182,6 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
   memset (&t, 0, sizeof t);
   t.name = "fuzz";
   have_sim = false;
-  states = NULL;
   stream_ids = NULL;
 
   if (setjmp (fuzz_jmp) == 0) {
@@ -201,7 +194,6 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
   fclose (fp);
   if (have_sim)
     sim_free (&s);
-  free (states);
   free (stream_ids);
   trace_free (&t);
   return 0;

@@ -58,15 +58,6 @@ rt_fatal (const char *fmt, ...)
 
 #define die rt_fatal
 
-static void *
-xrealloc (void *p, size_t n)
-{
-  p = realloc (p, n);
-  if (!p)
-    die ("out of memory");
-  return p;
-}
-
 /* ---- options ------------------------------------------------------------ */
 
 /* The --help text: one printf of the text (longer than 80 lines, as
@@ -358,8 +349,6 @@ finish_config (struct options *o)
     die ("%s", err);
   if ((msg = rc_config_check (&o->cfg, err, sizeof err)) != NULL)
     config_error (o, msg);
-  o->tm.parallel = o->cfg.max_background;
-  o->tm.adaptive = o->cfg.mode == RA_MODE_ADAPTIVE;
 }
 
 /* ra-trace's own options: those that take a value (getopt_long returns
@@ -508,25 +497,23 @@ load_trace (struct options *o, struct trace *t)
 static void
 print_heading (const struct sim *s, const struct options *o)
 {
-  unsigned shift = s->p.page_shift;
+  uint64_t capacity = rc_pc_capacity (s->pc);
 
   printf ("# " PROG ": page-size=%" PRIu64 " ra-max=%" PRIu64
           " io-max=%" PRIu64 " cache-size=%" PRIu64 " export-size=%" PRIu64
           "\n# in pages: ra-max=%" PRIu64 " io-max=%" PRIu64
           " cache-size=%" PRIu64 " export-size=%" PRIu64 "\n",
           o->cfg.page_size, o->cfg.ra_max, o->cfg.io_max,
-          s->capacity << shift, o->export_size, (uint64_t) s->p.ra_max,
-          (uint64_t) s->p.io_max, s->capacity,
+          capacity << s->p.page_shift, o->export_size,
+          (uint64_t) s->p.ra_max, (uint64_t) s->p.io_max, capacity,
           (uint64_t) ra_nr_pages (&s->p));
   if (!s->extended)
     return;
   printf ("# timing: mode=%s latency-ns=%" PRIu64 " bandwidth=%" PRIu64
           " parallel=%u client-gap-ns=%" PRIu64 " congestion-threshold=%u\n",
-          rc_mode_name (s->tm.adaptive ? RA_MODE_ADAPTIVE : RA_MODE_KERNEL),
-          s->tm.latency_ns,
-          s->tm.bandwidth, s->tm.parallel, s->tm.gap_ns,
-          s->congestion_threshold);
-  if (s->tm.adaptive)
+          rc_mode_name (s->p.mode), s->tm.latency_ns, s->tm.bandwidth,
+          s->p.parallel, s->tm.gap_ns, o->cfg.congestion_threshold);
+  if (s->p.mode == RA_MODE_ADAPTIVE)
     printf ("# adaptive, in pages: adapt-min=%" PRIu64 " self-max=%" PRIu64
             "\n", (uint64_t) s->p.adapt_min, (uint64_t) s->p.self_max);
 }
@@ -539,8 +526,8 @@ print_heading (const struct sim *s, const struct options *o)
 static void
 print_counters (const struct sim *s)
 {
-  rc_stats_print (stdout, &s->st, (uint32_t) s->page_size, RC_STATS_LINE, 0,
-                  "# counters: ");
+  rc_stats_print (stdout, &s->st, UINT32_C (1) << s->p.page_shift,
+                  RC_STATS_LINE, 0, "# counters: ");
   putchar ('\n');
 }
 
@@ -550,7 +537,6 @@ main (int argc, char *argv[])
   struct options o;
   struct trace t = { 0 };
   struct ra_params p;
-  struct ra_state *states;
   struct sim s;
   uint64_t *stream_ids;
   size_t nstreams, i;
@@ -562,26 +548,18 @@ main (int argc, char *argv[])
 
   rc_engine_params (&o.cfg, o.cfg.max_background, &p);
   p.export_size = o.export_size;
-  states = xrealloc (NULL, (nstreams ? nstreams : 1) * sizeof *states);
-  for (i = 0; i < nstreams; i++)
-    ra_state_init (&states[i]);
-  sim_init (&s, &o.cfg, &p, o.quiet);
-  sim_set_timing (&s, &o.tm, nstreams);
-
+  sim_init (&s, &o.cfg, &p, &o.tm, nstreams, o.quiet);
   print_heading (&s, &o);
   if (!o.quiet)
     print_table_header (&s);
-  for (i = 0; i < t.nr; i++) {
-    s.cur_read = i + 1;
-    replay_read (&s, &states[t.reads[i].stream], &t.reads[i]);
-  }
-  print_summary (&s, nstreams);
+  for (i = 0; i < t.nr; i++)
+    replay_read (&s, &t.reads[i]);
+  print_summary (&s);
   if (s.extended)
-    print_timing (&s, states, stream_ids);
+    print_timing (&s, stream_ids);
   print_counters (&s);
 
   sim_free (&s);
-  free (states);
   free (stream_ids);
   trace_free (&t);
   rc_config_free (&o.cfg);
