@@ -438,6 +438,64 @@ rc_config_load_file (struct rc_config *c, const char *path,
   return r;
 }
 
+int
+rc_given_add (struct rc_given *g, const char *key, const char *value,
+              char *err, size_t len)
+{
+  struct rc_config scratch;
+  size_t i;
+  int r;
+
+  rc_config_defaults (&scratch);
+  r = rc_config_set (&scratch, key, value, err, len);
+  rc_config_free (&scratch);
+  if (r != 0)
+    return r;
+  for (i = 0; i < g->n && strcmp (g->keys[i].key, key) != 0; i++)
+    ;
+  if (i == sizeof g->keys / sizeof g->keys[0]) {
+    snprintf (err, len, "%s: too many ra-cache parameters", key);
+    return -1;
+  }
+  g->keys[i].key = key;
+  g->keys[i].value = value;
+  if (i == g->n)
+    g->n++;
+  return 0;
+}
+
+bool
+rc_given_has (const struct rc_given *g, const char *key)
+{
+  size_t i;
+
+  for (i = 0; i < g->n; i++)
+    if (strcmp (g->keys[i].key, key) == 0)
+      return true;
+  return false;
+}
+
+static bool
+given_skip (const char *key, void *g)
+{
+  return rc_given_has (g, key);
+}
+
+int
+rc_given_apply (const struct rc_given *g, struct rc_config *c, char *err,
+                size_t len)
+{
+  size_t i;
+
+  if (g->file && rc_config_load_file (c, g->file, given_skip, (void *) g,
+                                      err, len) == -1)
+    return -1;
+  for (i = 0; i < g->n; i++)
+    if (rc_config_set (c, g->keys[i].key, g->keys[i].value, err, len) != 0)
+      return -1;
+  return 0;
+}
+
 const char *
 rc_config_check (struct rc_config *c, char *buf, size_t len)
 {

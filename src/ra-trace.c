@@ -284,8 +284,7 @@ static const struct { const char *option, *key; } config_options[] = {
 /* What the command line says. */
 struct options {
   struct rc_config cfg;
-  bool given[NR_CONFIG_OPTIONS]; /* set on the command line */
-  const char *config_file;      /* --config */
+  struct rc_given given;        /* the filter's keys and --config */
   uint64_t export_size;
   bool have_export_size, quiet;
   struct timing tm;
@@ -298,57 +297,17 @@ struct options {
 static void __attribute__ ((noreturn))
 config_error (const struct options *o, const char *msg)
 {
+  const char *file = o->given.file;
   size_t k;
 
   for (k = 0; k < NR_CONFIG_OPTIONS; k++) {
     size_t n = strlen (config_options[k].key);
 
-    if (o->given[k] && strncmp (msg, config_options[k].key, n) == 0 &&
-        msg[n] == ':')
+    if (rc_given_has (&o->given, config_options[k].key) &&
+        strncmp (msg, config_options[k].key, n) == 0 && msg[n] == ':')
       die ("--%s%s", config_options[k].option, msg + n);
   }
-  die ("%s%s%s", o->config_file ? o->config_file : "", o->config_file ?
-       ": " : "", msg);
-}
-
-static void
-config_option (struct options *o, size_t k, const char *value)
-{
-  char err[256];
-
-  o->given[k] = true;
-  if (rc_config_set (&o->cfg, config_options[k].key, value, err,
-                     sizeof err) != 0)
-    config_error (o, err);
-}
-
-static bool
-given_on_command_line (const char *key, void *arg)
-{
-  const struct options *o = arg;
-  size_t k;
-
-  for (k = 0; k < NR_CONFIG_OPTIONS; k++)
-    if (o->given[k] && strcmp (config_options[k].key, key) == 0)
-      return true;
-  return false;
-}
-
-/* The configuration file (the command line overrides it), then the
- * filter's checks across keys.
- */
-static void
-finish_config (struct options *o)
-{
-  char err[512];
-  const char *msg;
-
-  if (o->config_file &&
-      rc_config_load_file (&o->cfg, o->config_file, given_on_command_line, o,
-                           err, sizeof err) == -1)
-    die ("%s", err);
-  if ((msg = rc_config_check (&o->cfg, err, sizeof err)) != NULL)
-    config_error (o, msg);
+  die ("%s%s%s", file ? file : "", file ? ": " : "", msg);
 }
 
 /* ra-trace's own options: those that take a value (getopt_long returns
@@ -407,22 +366,12 @@ build_getopt_args (struct getopt_args *g)
   g->shortopts[1 + k] = '\0';
 }
 
-/* Is c the letter of an option that takes no value? */
-static bool
-is_flag (int c)
-{
-  size_t k;
-
-  for (k = 0; k < NR_FLAG_OPTIONS; k++)
-    if (flag_options[k].letter == c)
-      return true;
-  return false;
-}
-
 static void
 parse_options (int argc, char *argv[], struct options *o)
 {
   struct getopt_args g;
+  char err[512];
+  const char *msg;
   int c;
 
   build_getopt_args (&g);
@@ -432,11 +381,15 @@ parse_options (int argc, char *argv[], struct options *o)
   while ((c = getopt_long (argc, argv, g.shortopts, g.longopts,
                            NULL)) != -1) {
     if (c >= OPT_KEY && c < OPT_KEY + (int) NR_CONFIG_OPTIONS) {
-      config_option (o, (size_t) (c - OPT_KEY), optarg);
+      const char *key = config_options[c - OPT_KEY].key;
+
+      if (rc_given_add (&o->given, key, optarg, err, sizeof err) != 0)
+        die ("--%s%s", config_options[c - OPT_KEY].option,
+             err + strlen (key));
       continue;
     }
     switch (c) {
-    case OPT_CONFIG: o->config_file = optarg; break;
+    case OPT_CONFIG: o->given.file = optarg; break;
     case OPT_EXPORT_SIZE:
       o->export_size = size_option ("export-size", optarg);
       if (o->export_size == 0)
@@ -459,7 +412,8 @@ parse_options (int argc, char *argv[], struct options *o)
     case ':':
       die ("option '%s' needs a value (try --help)", argv[optind - 1]);
     default:
-      if (is_flag (optopt))
+      /* A flag's letter: a long flag given a value (--quiet=1). */
+      if (optopt && strchr (g.shortopts + 1, optopt))
         die ("option '%s' takes no value (try --help)", argv[optind - 1]);
       if (optopt)
         die ("unknown option '-%c' (try --help)", optopt);
@@ -471,7 +425,13 @@ parse_options (int argc, char *argv[], struct options *o)
          argc - optind);
   if (optind < argc && strcmp (argv[optind], "-") != 0)
     o->trace = argv[optind];
-  finish_config (o);
+  /* The configuration file, but the keys the command line gave, then the
+   * filter's checks across keys.
+   */
+  if (rc_given_apply (&o->given, &o->cfg, err, sizeof err) == -1)
+    die ("%s", err);
+  if ((msg = rc_config_check (&o->cfg, err, sizeof err)) != NULL)
+    config_error (o, msg);
 }
 
 /* Read the trace named by the options, and settle the export size. */

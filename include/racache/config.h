@@ -194,6 +194,31 @@ int rc_config_load_file (struct rc_config *c, const char *path,
                          bool (*skip) (const char *key, void *arg),
                          void *arg, char *err, size_t len);
 
+/* The keys a program was given on its command line (the filter's
+ * parameters, ra-trace's options) and its configuration file
+ * (ra-cache-config, --config): the command line overrides the file,
+ * whatever their order.  The strings are not copied.
+ */
+struct rc_given {
+  const char *file;             /* NULL: none */
+  size_t n;                     /* keys given (a key given again replaces
+                                 * its value: at most one per key) */
+  struct { const char *key, *value; } keys[32];
+};
+
+/* Note key=value given, its value checked now (so that the message
+ * names it at once).  Returns 0, -1 with a message in err, or 1 if key
+ * is not one of ra-cache's.
+ */
+int rc_given_add (struct rc_given *g, const char *key, const char *value,
+                  char *err, size_t len);
+bool rc_given_has (const struct rc_given *g, const char *key);
+/* Set the keys of g->file in c, but those given, then those given.
+ * Returns 0, or -1 with a message in err.
+ */
+int rc_given_apply (const struct rc_given *g, struct rc_config *c,
+                    char *err, size_t len);
+
 /* Cross-check a configuration and fill in derived values.  Returns NULL
  * when it is valid, else a message naming the key that is wrong, written
  * into buf.

@@ -182,10 +182,7 @@ get_cached_export (void)
 }
 
 /* Parameters given on the command line, applied after the file. */
-#define MAX_CMDLINE 32
-static struct { const char *key, *value; } cmdline[MAX_CMDLINE];
-static size_t ncmdline;
-static const char *config_file;
+static struct rc_given given;
 
 static void
 ra_cache_load (void)
@@ -205,43 +202,21 @@ static int
 ra_cache_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
                  const char *key, const char *value)
 {
-  struct rc_config scratch;
   char msg[256];
   int r;
 
   if (strcmp (key, "ra-cache-config") == 0) {
-    config_file = value;
+    given.file = value;
     return 0;
   }
-  /* Check the value now, so that the error names it at once. */
-  rc_config_defaults (&scratch);
-  r = rc_config_set (&scratch, key, value, msg, sizeof msg);
-  rc_config_free (&scratch);
+  r = rc_given_add (&given, key, value, msg, sizeof msg);
   if (r == 1)
     return next (nxdata, key, value);
   if (r == -1) {
     nbdkit_error ("%s", msg);
     return -1;
   }
-  if (ncmdline == MAX_CMDLINE) {
-    nbdkit_error ("%s: too many ra-cache parameters", key);
-    return -1;
-  }
-  cmdline[ncmdline].key = key;
-  cmdline[ncmdline].value = value;
-  ncmdline++;
   return 0;
-}
-
-static bool
-given_on_cmdline (const char *key, void *arg)
-{
-  size_t i;
-
-  for (i = 0; i < ncmdline; i++)
-    if (strcmp (cmdline[i].key, key) == 0)
-      return true;
-  return false;
 }
 
 /* ra-cache-stats=FILE and ra-cache-learn=FILE (key) are written at
@@ -311,30 +286,21 @@ ra_cache_config_complete (nbdkit_next_config_complete *next,
 {
   char msg[512];
   const char *bad;
-  size_t i;
 
   /* Defaults, then the file, then the command line (which overrides the
    * file whatever the order of the parameters).
    */
   rc_config_free (&cfg);
   rc_config_defaults (&cfg);
-  if (config_file &&
-      rc_config_load_file (&cfg, config_file, given_on_cmdline, NULL,
-                           msg, sizeof msg) == -1) {
+  if (rc_given_apply (&given, &cfg, msg, sizeof msg) == -1) {
     nbdkit_error ("%s", msg);
     return -1;
   }
-  for (i = 0; i < ncmdline; i++)
-    if (rc_config_set (&cfg, cmdline[i].key, cmdline[i].value,
-                       msg, sizeof msg) != 0) {
-      nbdkit_error ("%s", msg);
-      return -1;
-    }
   bad = rc_config_check (&cfg, msg, sizeof msg);
   if (bad) {
-    if (config_file)
+    if (given.file)
       nbdkit_error ("%s (configuration from %s and the command line)",
-                    bad, config_file);
+                    bad, given.file);
     else
       nbdkit_error ("%s", bad);
     return -1;
