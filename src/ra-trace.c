@@ -2,20 +2,19 @@
  *
  * A tuning tool.  It reads a trace of client reads (a plain list of
  * "OFFSET LENGTH [STREAM]" lines, or the log written by nbdkit's log
- * filter), replays it through the engine of src/readahead.c over a
- * simulated page cache, and prints every window the engine decides and a
- * summary, so that ra-max, ra-io-max, the cache size and the page size
- * can be tried offline on real traffic.
- *
+ * filter), replays it through the filter's read path over its page cache
+ * without data and a simulated backend, and prints every window the
+ * engine decides and a summary, so that ra-max, ra-io-max, the cache
+ * size and the page size can be tried offline on real traffic.
  *
  * In pieces, one concern each: src/trace.c parses the trace (and returns
- * errors), src/trace-sim.c is the simulation (the core's read path over
- * a simulated page cache and backend timing), this file the options and
- * main.  The options that are the filter's parameters take its defaults
- * and its checks (src/config.c), and --config reads its configuration
- * file.
+ * errors), src/trace-sim.c is the replay (the virtual clock and backend,
+ * the window rows and the summary), this file the options, the heading
+ * and main.  The options that are the filter's parameters take its
+ * defaults and its checks (src/config.c), and --config reads its
+ * configuration file, overridden by them as the filter's is
+ * (struct rc_given).
  */
-
 
 #include <config.h>
 
@@ -24,15 +23,11 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdarg.h>
-#include <stdbool.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "racache/config.h"
-#include "racache/readahead.h"
-#include "racache/readpath.h"
 #include "trace.h"
 #include "trace-sim.h"
 
