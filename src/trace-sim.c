@@ -215,7 +215,7 @@ env_model (void *opaque, double *lat_ns, double *page_ns)
 }
 
 /* The filter's congestion decision (rc_cong_decide, src/congestion.c)
- * over the reads in flight.  An instant backend has none.
+ * over the reads in flight (an instant backend has none).
  */
 static enum rc_cong_answer
 env_congestion (void *opaque, enum rc_cong_question q,
@@ -224,8 +224,6 @@ env_congestion (void *opaque, enum rc_cong_question q,
   struct sim *s = opaque;
   struct rc_cong_load load = *asked;
 
-  if (q == RC_CONG_KEEP && !s->timed)
-    return RC_CONG_GO;
   load.executing = (unsigned) (s->n - s->head);
   return rc_cong_decide (&s->cong, q, &load);
 }
