@@ -140,7 +140,7 @@ add_inflight (struct sim *s, const struct backend_read *r)
 {
   size_t i;
 
-  if (s->head > 0 && 2 * s->head >= s->n) {   /* drop the completed */
+  if (s->head > 0 && 2 * s->head >= s->n) {   /* reuse the completed' room */
     s->n -= s->head;
     memmove (s->inflight, s->inflight + s->head, s->n * sizeof *r);
     s->head = 0;
@@ -162,7 +162,7 @@ issue_batch (struct sim *s, ra_pgoff start, ra_pgoff count,
              uint64_t not_before)
 {
   uint64_t from = start << s->p.page_shift;
-  uint64_t to = (start + count) << s->p.page_shift;
+  uint64_t to = (start + count) << s->p.page_shift, bytes;
   struct backend_read r = { .start = start, .count = count };
   uint64_t *slot = &s->slot_free[0], begin;
   unsigned k;
@@ -170,9 +170,9 @@ issue_batch (struct sim *s, ra_pgoff start, ra_pgoff count,
   /* The last page of the export may be partial: read what exists. */
   if (to > s->p.export_size)
     to = s->p.export_size;
-  from = to > from ? to - from : 0;             /* now the bytes read */
+  bytes = to > from ? to - from : 0;
   STAT_ADD (&s->st, backend_reads, 1);
-  STAT_ADD (&s->st, backend_bytes, from);
+  STAT_ADD (&s->st, backend_bytes, bytes);
   if (!s->timed) {
     complete_read (s, start, count, 0);
     return s->now;
@@ -186,7 +186,7 @@ issue_batch (struct sim *s, ra_pgoff start, ra_pgoff count,
     begin = *slot;
   r.done = clock_add (begin, s->tm.latency_ns);
   if (s->tm.bandwidth) {                        /* ns, rounded up */
-    unsigned __int128 ns = ((unsigned __int128) from * 1000000000u +
+    unsigned __int128 ns = ((unsigned __int128) bytes * 1000000000u +
                             s->tm.bandwidth - 1) / s->tm.bandwidth;
 
     if (r.done < s->link_free)
