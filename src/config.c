@@ -86,7 +86,8 @@ const struct rc_key rc_keys[] = {
     "GET /metrics (Prometheus text format), GET /stats (JSON)." },
   { "ra-cache-stats-interval", RC_KEY_UNSIGNED, FIELD (stats_interval), NULL,
     0, 86400, 0, "SECS", "0", "0 (off) to 86400 seconds",
-    "Log a one-line summary and rewrite the stats file this often." },
+    "Log a one-line summary and rewrite the stats and learned files this "
+    "often." },
   { "ra-cache-learn", RC_KEY_STRING, FIELD (learn_file), NULL,
     0, 0, 0, "FILE", "none", "a file path",
     "Record which pages clients read into this file, and replay them "
