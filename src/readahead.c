@@ -54,7 +54,7 @@
  *     this stream: size the window from them (doubled when they reach
  *     back to page 0), with a one page async part.
  *  G  a random read: read exactly the request, no marker, leave the
- *     stream state alone.  In adaptive mode the near rule (below) is
+ *     stream state alone.  In adaptive mode the near rule (near.c) is
  *     asked first, and may make it an N window instead.
  *
  * The code is split as the kernel's: the async trigger is async_ra()
@@ -122,77 +122,8 @@
  * model estimate, share, waste, near hits, yield bound), which the
  * caller measures.
  *
- * The near rule (branch N, adaptive mode only)
- * ============================================
- *
- * A file system read through the kernel (tar, a build, a boot) reads
- * many small files and their metadata: reads in roughly increasing
- * order with small gaps, or, on a file system filled through the
- * kernel, spread over its block groups (a directory's blocks, its inode
- * table, its files' data: each region a few hundred KiB, the regions
- * MiB apart), often spread by the client over several connections.  A
- * to F see no stream in that, and G reads exactly what was asked, one
- * backend round trip per read.  Linux swap readahead (mm/swap_state.c,
- * __swapin_nr_pages) meets the same kind of access and sizes the window
- * around each fault from how many of the pages it read ahead before
- * were hit since; the near rule does the same for a miss that A-F do
- * not explain.  Its state (struct ra_near) is ra_control's near, one
- * for all of an export's streams (the caller serializes), else the
- * stream's own:
- *
- *  - near hits (struct ra_inputs near_hits, from the page cache): pages
- *    of N windows' async parts that a client read for the first time
- *    soon after the window (the page cache's horizon: within
- *    RC_PC_NEAR_HORIZON misses that no stream explains).  A page used
- *    later says nothing of the misses around it: a random reader over a
- *    small export in a cache that holds it uses much of what was read,
- *    in the end;
- *  - used and read: the near hits, and the pages N windows read ahead,
- *    each sum decayed by an eighth at each such miss; a window counts in
- *    read once RA_NEAR_RIPE misses have passed since it (until then it
- *    is pending: its hits may still come);
- *  - good: used is at least a 32nd of read and pending together.  Then
- *    the miss gets a window of the current size, wherever it falls (a
- *    trial's size if there was none), doubled when used is an eighth,
- *    up to 1 MiB beyond the request;
- *  - poor: used is less than a 32nd of read alone (windows that have
- *    had their time).  The size halves, and below 64K it is nothing:
- *    the trial failed (fails counts them, at most 10);
- *  - neither (windows wait for their hits), or no size: exact (G),
- *    unless the miss is the 2^(fails+1)-th in a row to fall in the
- *    region of one of the last RA_NEAR_REGIONS misses (a region is 1
- *    MiB, or a 256th of the export if that is less): then a trial
- *    window of 256 KiB beyond the request (at least the request's size,
- *    rounded up to a power of two).  A stream whose trials are not hit
- *    tries ever more rarely, one in 2048 such misses at most;
- *  - a dense region read out of order: the NEAR_DENSE_MISSES-th (5th)
- *    miss in a region while it stays among the recent ones, one of its
- *    misses before the one before it, reads the region's whole 1 MiB
- *    block, once while it stays (an inode table read in hash order: a
- *    page at a time at random within a few MiB, each page used in the
- *    end but few soon, so that the ratio above never keeps a window).
- *    A reader striding forward never takes it, and a random reader's
- *    misses fall five times in one of its last eight regions too rarely
- *    to matter (about once in 20,000 4K reads over 400 MB, in the
- *    simulation);
- *  - a miss inside the last one's request (a read retried after an
- *    error) is exact and changes nothing;
- *  - the pages read are the block of that size (within the stream's
- *    cap) aligned on its size that holds index, and the request: a file
- *    system reads a region out of order (an inode table in hash order, a
- *    directory's files), before the miss as often as after it.  The
- *    window is [index, index + req + async), its sync part the request,
- *    the marker on its first async page like any window (B or C go on
- *    from it if the reader reaches it); the block's pages before index
- *    are the window's behind (struct ra_window), which the trigger reads
- *    as async pages, without a marker, when an async part may be kept.
- *
- * A random reader therefore reads exactly its requests unless two of
- * its misses in a row each fall in the region of one of the eight
- * before (a chance of 1 in 1024 a miss at most, on any export), and
- * then one trial window, not hit soon, after which the next trial
- * waits twice as long.  Kernel mode never takes N: its branches are
- * those of doc/readahead-rules.md.
+ * The near rule (branch N, adaptive mode only) is in near.c, with its
+ * own big picture.
  */
 
 #include <config.h>
@@ -201,6 +132,7 @@
 #include <stddef.h>
 
 #include "racache/readahead.h"
+#include "readahead-internal.h"
 
 /* Each branch's letter and what it is (the man page's words). */
 static const struct {
@@ -314,19 +246,10 @@ ra_model_estimate (const struct ra_model *m, double *lat_ns,
   return true;
 }
 
-static ra_pgoff
-roundup_pow2 (ra_pgoff n)
-{
-  ra_pgoff r = 1;
-  while (r < n)
-    r <<= 1;
-  return r;
-}
-
 ra_pgoff
 ra_init_size (ra_pgoff req, ra_pgoff max)
 {
-  ra_pgoff r = roundup_pow2 (req);
+  ra_pgoff r = ra_roundup_pow2 (req);
 
   if (r <= max / 32)
     return 4 * r;
@@ -457,12 +380,6 @@ emit_exact (const struct ra_params *p, enum ra_branch branch,
 #define ADAPT_MAX_SHRINK 4      /* down to a 16th */
 #define ADAPT_CALM_WINDOWS 8    /* windows without events before relaxing */
 
-static ra_pgoff
-min_pg (ra_pgoff a, ra_pgoff b)
-{
-  return a < b ? a : b;
-}
-
 /* Seconds a window of w pages takes to arrive (see the big picture). */
 static double
 fetch_secs (const struct ra_params *p, const struct ra_inputs *in,
@@ -473,7 +390,7 @@ fetch_secs (const struct ra_params *p, const struct ra_inputs *in,
   unsigned par = p->parallel ? p->parallel : 1;
   ra_pgoff rounds = (reads + par - 1) / par;
 
-  return (double) rounds * (in->lat_ns + (double) min_pg (w, io) * in->page_ns)
+  return (double) rounds * (in->lat_ns + (double) ra_min_pg (w, io) * in->page_ns)
     / 1e9;
 }
 
@@ -484,15 +401,15 @@ fetch_secs (const struct ra_params *p, const struct ra_inputs *in,
 static ra_pgoff
 adapt_limit (const struct ra_params *p, const struct ra_inputs *in)
 {
-  ra_pgoff floor = min_pg (p->adapt_min ? p->adapt_min : 1, p->ra_max);
+  ra_pgoff floor = ra_min_pg (p->adapt_min ? p->adapt_min : 1, p->ra_max);
   ra_pgoff limit = p->ra_max;
 
   if (p->self_max)
-    limit = min_pg (limit, p->self_max);
+    limit = ra_min_pg (limit, p->self_max);
   if (in && in->share)
-    limit = min_pg (limit, in->share);
+    limit = ra_min_pg (limit, in->share);
   if (in && in->yield_max)
-    limit = min_pg (limit, in->yield_max);
+    limit = ra_min_pg (limit, in->yield_max);
   return limit > floor ? limit : floor;
 }
 
@@ -501,7 +418,7 @@ static ra_pgoff
 adapt_cap (struct ra_adapt *ad, const struct ra_params *p,
            const struct ra_inputs *in)
 {
-  ra_pgoff floor = min_pg (p->adapt_min ? p->adapt_min : 1, p->ra_max);
+  ra_pgoff floor = ra_min_pg (p->adapt_min ? p->adapt_min : 1, p->ra_max);
   ra_pgoff limit = adapt_limit (p, in);
   ra_pgoff w = limit;
   unsigned i;
@@ -586,177 +503,6 @@ ra_late (struct ra_state *ra, const struct ra_params *p, ra_pgoff index)
     return RA_NO_MARKER;
   ad->early_mark = m;
   return m;
-}
-
-/* The near rule (branch N, adaptive mode). */
-
-#define NEAR_REACH_BYTES (UINT64_C (1) << 20) /* a region: 1 MiB */
-#define NEAR_EXPORT_FRACTION 256        /* ... at most a 256th of the export */
-#define NEAR_TRIAL_BYTES (UINT64_C (256) << 10) /* a trial: 256K */
-#define NEAR_MIN_BYTES (UINT64_C (64) << 10)    /* smaller: read exactly */
-#define NEAR_MAX_BYTES (UINT64_C (1) << 20)     /* the largest: 1 MiB */
-#define NEAR_MAX_FAILS 10       /* a trial at most every 2^11 misses */
-#define NEAR_DENSE_MISSES 5     /* a dense region: this many misses */
-#define NEAR_KEEP_DIV 32       /* kept while a 32nd is used soon */
-#define NEAR_GROW_DIV 8         /* doubled while an eighth is */
-
-/* bytes in pages, at least one. */
-static ra_pgoff
-near_pages (const struct ra_params *p, uint64_t bytes)
-{
-  ra_pgoff n = bytes >> p->page_shift;
-
-  return n > 0 ? n : 1;
-}
-
-/* The async part of a trial window. */
-static ra_pgoff
-trial_pages (const struct ra_params *p, ra_pgoff req)
-{
-  ra_pgoff t = near_pages (p, NEAR_TRIAL_BYTES);
-
-  return roundup_pow2 (req > t ? req : t);
-}
-
-/* The region of page index: 1 MiB, or a 256th of the export if that is
- * less, so that on any export a random reader's miss falls in one of
- * the RA_NEAR_REGIONS latest misses' regions with a chance of 1 in 32
- * at most.
- */
-static ra_pgoff
-region_of (const struct ra_params *p, ra_pgoff index)
-{
-  uint64_t bytes = p->export_size / NEAR_EXPORT_FRACTION;
-  ra_pgoff reach = (bytes < NEAR_REACH_BYTES ? bytes : NEAR_REACH_BYTES)
-    >> p->page_shift;
-
-  return index / (reach > 0 ? reach : 1);
-}
-
-/* Is region r one of the latest misses' regions?  Make it the latest
- * (recent[0]), and count this miss in it.
- */
-static bool
-near_recent (struct ra_near *n, ra_pgoff r, ra_pgoff index)
-{
-  unsigned i, k = n->nrecent;
-  unsigned char misses = 0;
-  bool found = false, filled = false, back = false;
-
-  for (i = 0; i < n->nrecent; i++)
-    if (n->recent[i] == r) {
-      found = true;
-      misses = n->misses[i];
-      filled = n->filled[i];
-      back = n->back[i] || index < n->last[i];
-      k = i;
-      break;
-    }
-  if (k == RA_NEAR_REGIONS)
-    k--;
-  else if (k == n->nrecent)
-    n->nrecent++;
-  for (i = k; i > 0; i--) {
-    n->recent[i] = n->recent[i - 1];
-    n->misses[i] = n->misses[i - 1];
-    n->filled[i] = n->filled[i - 1];
-    n->back[i] = n->back[i - 1];
-    n->last[i] = n->last[i - 1];
-  }
-  n->recent[0] = r;
-  n->misses[0] = misses < 255 ? misses + 1 : misses;
-  n->filled[0] = filled;
-  n->back[0] = back;
-  n->last[0] = index;
-  return found;
-}
-
-/* Decide the async part for a miss at [index, index + req) that
- * branches A-F do not explain, within a window of at most max pages,
- * and record the miss (see "The near rule" in the big picture).
- */
-static ra_pgoff
-near_ahead (struct ra_near *n, const struct ra_params *p,
-            ra_pgoff index, ra_pgoff req, ra_pgoff max)
-{
-  ra_pgoff ahead = n->ahead, issue, lo = near_pages (p, NEAR_MIN_BYTES);
-  double all;
-  bool local, good, poor;
-
-  /* The last miss's own pages again (a read retried after an error, or
-   * pages evicted at once): not a new read, and nothing to learn.
-   */
-  n->behind = 0;
-  if (n->valid && index < n->req_end && index + req > n->lo)
-    return 0;
-  local = near_recent (n, region_of (p, index), index);
-  n->streak = local ? n->streak + 1 : 0;
-  /* The windows of RA_NEAR_RIPE misses ago have had their time: they
-   * count in read; the later ones wait in pending.
-   */
-  n->used += (double) n->hits;
-  n->hits = 0;
-  n->read += (double) n->ring[n->pos];
-  n->pending -= n->ring[n->pos];
-  all = n->read + (double) n->pending;
-  good = all > 0 && NEAR_KEEP_DIV * n->used >= all;
-  poor = n->read > 0 && NEAR_KEEP_DIV * n->used < n->read;
-  issue = 0;
-  if (good) {
-    /* An eighth of all used soon (later windows too): a window, grown
-     * when half is.
-     */
-    n->fails = 0;
-    if (ahead == 0)
-      ahead = trial_pages (p, req);
-    else if (NEAR_GROW_DIV * n->used >= all)
-      ahead = min_pg (2 * ahead, near_pages (p, NEAR_MAX_BYTES));
-    issue = ahead;
-  }
-  else if (ahead > 0 && poor) {
-    /* Less, of windows that have had their time: halve it, down to
-     * nothing (a trial not used).
-     */
-    ahead /= 2;
-    if (ahead < lo) {
-      ahead = 0;
-      if (n->fails < NEAR_MAX_FAILS)
-        n->fails++;
-    }
-  }
-  else if (ahead == 0 && local && n->streak >= (2u << n->fails))
-    ahead = issue = trial_pages (p, req);
-  /* else: a window is waiting for its hits: read exactly meanwhile. */
-  if (n->misses[0] >= NEAR_DENSE_MISSES && n->back[0] && !n->filled[0]) {
-    /* A dense region read out of order: its NEAR_DENSE_MISSES-th miss
-     * while it stayed among the recent ones, one of them before the one
-     * before it (an inode table read in hash order; not a reader that
-     * strides forward, whose pages in between are never read): its
-     * whole block, once.
-     */
-    n->filled[0] = true;
-    if (issue < near_pages (p, NEAR_MAX_BYTES))
-      issue = near_pages (p, NEAR_MAX_BYTES);
-  }
-  if (issue > 0)
-    n->streak = 0;              /* counts the misses since a window */
-  n->used -= n->used / 8;
-  n->read -= n->read / 8;
-  n->ahead = ahead;
-  n->lo = index;
-  n->req_end = index + req;
-  n->valid = true;
-  if (req + issue > max)
-    issue = max > req ? max - req : 0;
-  /* The block of issue pages aligned on its size that holds index: the
-   * pages of a region a file system reads out of order (an inode table,
-   * a directory's files) are before the miss as often as after it.
-   */
-  n->behind = issue > 0 ? index % issue : 0;
-  n->ring[n->pos] = issue;
-  n->pending += issue;
-  n->pos = (n->pos + 1) % RA_NEAR_RIPE;
-  return issue > n->behind + req ? issue - n->behind - req : 0;
 }
 
 void
@@ -914,7 +660,7 @@ sync_ra (struct ra_state *ra, const struct ra_params *p,
   b = context (ra, cache, opaque, index, req, max);
   if (b != RA_NONE || !near)
     return b;
-  ahead = near_ahead (near, p, index, req, max);
+  ahead = ra_near_ahead (near, p, index, req, max);
   if (ahead == 0 && near->behind == 0)
     return RA_NONE;
   ra->start = index;

@@ -81,8 +81,7 @@ struct ra_adapt {
  * (near hits), and shrinks to nothing when they are not.  One is shared
  * by all the streams of an export (ra_control's near: a file system
  * read through the kernel spreads its misses over several connections),
- * else each stream uses its own.  See "The near rule" in
- * src/readahead.c.  All zero in kernel mode.
+ * else each stream uses its own.  See the top of src/near.c.  All zero in kernel mode.
  */
 #define RA_NEAR_REGIONS 8
 #define RA_NEAR_RIPE 8

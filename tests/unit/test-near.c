@@ -1,4 +1,4 @@
-/* Unit tests of the near rule (branch N of src/readahead.c, adaptive
+/* Unit tests of the near rule (branch N, src/near.c, adaptive
  * mode): clustered access grows its window, random access never reads a
  * page it was not asked for, a mix of both converges, and kernel mode
  * never takes it.
