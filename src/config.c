@@ -160,6 +160,54 @@ rc_parse_size (const char *s, uint64_t *out)
 }
 
 int
+rc_parse_duration (const char *s, uint64_t bare_unit_ns, uint64_t max_ns,
+                   uint64_t *out)
+{
+  static const struct { const char *name; uint64_t ns; } units[] = {
+    { "ns", 1 }, { "us", 1000 }, { "ms", 1000000 }, { "s", 1000000000 },
+    { "", 0 },                  /* a bare number: bare_unit_ns */
+  };
+  uint64_t whole = 0, frac = 0, scale = 1, unit;
+  size_t k, digits = 0, fd = 0;
+  const char *p = s;
+
+  if (strcmp (s, "0") == 0) {
+    *out = 0;
+    return 0;
+  }
+  for (; *p >= '0' && *p <= '9'; p++, digits++) {
+    if (whole > UINT64_C (1000000000000))
+      return -1;
+    whole = whole * 10 + (uint64_t) (*p - '0');
+  }
+  if (*p == '.') {
+    for (p++; *p >= '0' && *p <= '9'; p++, fd++) {
+      if (fd == 9)
+        return -1;
+      frac = frac * 10 + (uint64_t) (*p - '0');
+      scale *= 10;
+    }
+    if (fd == 0)
+      return -1;
+  }
+  if (digits + fd == 0)
+    return -1;
+  for (k = 0; k < sizeof units / sizeof units[0]; k++) {
+    if (strcmp (p, units[k].name) != 0)
+      continue;
+    unit = units[k].ns ? units[k].ns : bare_unit_ns;
+    if (unit == 0 || whole > max_ns / unit)
+      return -1;
+    whole = whole * unit + (frac * unit + scale / 2) / scale;
+    if (whole > max_ns)
+      return -1;
+    *out = whole;
+    return 0;
+  }
+  return -1;
+}
+
+int
 rc_parse_listen (const char *spec, char *host, size_t hostlen,
                        unsigned *port, char *err, size_t len)
 {

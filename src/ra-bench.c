@@ -123,7 +123,8 @@ usage (void)
 "\n"
 "Bound (issuing stops when one is reached, then requests in flight drain):\n"
 "  -b, --bytes BYTES      total bytes to transfer\n"
-"  -t, --time SECS        seconds to keep issuing requests (decimals allowed)\n"
+"  -t, --time SECS        seconds to keep issuing requests (decimals, or a unit\n"
+"                         ns, us, ms or s: 500ms)\n"
 "                         With either bound, sequences wrap to the start of\n"
 "                         the region at its end.  With neither, one pass over\n"
 "                         the region (random, mixed: the region's size).\n"
@@ -353,8 +354,21 @@ other_option (int c, const char *arg, char *argv[], struct options *o)
     o->bytes_set = true;
     break;
   case 't':
-    o->time = double_option ("--time", arg, 0, 1e7, true);
-    o->time_set = true;
+    {
+      uint64_t ns;
+
+      /* Seconds (decimals allowed), or a number and a unit ns, us, ms
+       * or s, as ra-trace's times.
+       */
+      if (rc_parse_duration (arg, UINT64_C (1000000000),
+                             UINT64_C (10000000) * 1000000000, &ns) == -1 ||
+          ns == 0)
+        usage_error ("--time: '%s' is not a time: seconds (such as 1.5), or "
+                     "a number and a unit ns, us, ms or s, more than 0 and "
+                     "at most 10000000s", arg);
+      o->time = (double) ns / 1e9;
+      o->time_set = true;
+    }
     break;
   case 'j':
     o->json = true;

@@ -18,7 +18,6 @@
 
 #include <config.h>
 
-#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -30,6 +29,7 @@
 #include "racache/config.h"
 #include "trace.h"
 #include "trace-sim.h"
+#include "ra-trace-help.h"
 
 #define PROG "ra-trace"
 
@@ -55,138 +55,20 @@ rt_fatal (const char *fmt, ...)
 
 /* ---- options ------------------------------------------------------------ */
 
-/* The --help text: one printf of the text (longer than 80 lines, as
- * the text is).
+/* --help: the OPTIONS section of the man page (src/ra-trace.pod), made
+ * into RA_TRACE_OPTIONS_HELP at build time (build-aux/pod2help).
  */
 static void
 usage (FILE *fp)
 {
-  fprintf (fp,
-"Usage: " PROG " [OPTIONS] [TRACE]\n"
-"Replay a trace of client reads through ra-cache's readahead engine over a\n"
-"simulated page cache; print every window and a summary.\n"
-"\n"
-"TRACE is a file, or standard input when it is absent or '-'.  Each line is\n"
-"one of (detected line by line):\n"
-"  OFFSET LENGTH [STREAM]   a read of LENGTH bytes at byte OFFSET (decimal\n"
-"                           or 0x hex); STREAM is a stream id (default 0),\n"
-"                           each with its own stream state, like an NBD\n"
-"                           connection; the cache is shared\n"
-"  a line of nbdkit's log filter (--filter=log logfile=FILE): Read lines\n"
-"                           are reads, their connection number the stream;\n"
-"                           Connect lines give the export size; all other\n"
-"                           log lines (writes, ...Read replies) are ignored\n"
-"Blank lines and '#' comments are ignored.  A line that is neither is an\n"
-"error: \"" PROG ": FILE:LINE: message\", exit status 1.\n"
-"\n"
-"Options (SIZE: bytes, or with a binary suffix k, M, G, T (either case)).\n"
-"The filter's parameters, with its defaults and checks, are --page-size\n"
-"(ra-cache-page-size), --ra-max, --io-max (ra-io-max), --cache-size\n"
-"(ra-cache-size), --mode (ra-mode), --parallel (ra-max-background):\n"
-"  --config=FILE       the filter's configuration file (ra-cache-config);\n"
-"                      options override its keys\n"
-"  --page-size=SIZE    cache page, a power of two from 512 to 1M [4K]\n"
-"  --ra-max=SIZE       largest window, whole pages, 0 (off) to 1G, at most\n"
-"                      half of --cache-size [8M]\n"
-"  --io-max=SIZE       largest backend request, whole pages, one page to\n"
-"                      32M [1M]\n"
-"  --cache-size=SIZE   simulated cache, at least one page (rounded down to\n"
-"                      whole pages) [256M]\n"
-"  --export-size=SIZE  export size [the largest size= of the log's Connect\n"
-"                      lines and the end of the last page read, whichever\n"
-"                      is larger]; a read past a given size is an error\n"
-"  --mode=MODE         kernel: ra-max is every stream's largest window (as\n"
-"                      Linux); adaptive: each stream's largest window (its\n"
-"                      cap) follows its measured needs, up to ra-max\n"
-"                      [adaptive]\n"
-"  --latency=TIME      backend read latency: a number and a unit ns, us, ms\n"
-"                      or s (20ms, 1.5ms, 500us), or 0 [0: instant]\n"
-"  --bandwidth=SIZE    bytes per second of the backend link, shared by all\n"
-"                      reads [unlimited]\n"
-"  --parallel=N        backend reads at once, 1 to 256 (the filter's\n"
-"                      ra-max-background) [12]\n"
-"  --client-gap=TIME   time the client spends between two reads [0: it reads\n"
-"                      as fast as the pages arrive]\n"
-"  -q, --quiet         print the summary only\n"
-"  -h, --help          print this help and exit\n"
-"  -V, --version       print the version and exit\n"
-"\n"
-"Simulation: the read path of doc/readahead-rules.md, page by page: a page not\n"
-"cached is a sync trigger, a page with the marker an async trigger (the\n"
-"marker is cleared); windows are submitted at once and their pages are up\n"
-"to date at once.  The cache is the filter's page cache (src/pagecache.c,\n"
-"without data): its shards and eviction rule (pages read once first, then\n"
-"unused or active pages, oldest first, unused ageing twice as fast) and\n"
-"each stream's drop-behind.\n"
-"\n"
-"Timing (--latency or --bandwidth): a simulation over a virtual clock with\n"
-"one client reading the trace in order, --client-gap between reads.  Each\n"
-"backend request (batch) starts when one of --parallel slots is free, first\n"
-"come first served; its transfer starts after the latency once the link is\n"
-"free (transfers are serialized on the link) and lasts bytes / bandwidth;\n"
-"its pages are ready when it ends, and cannot be evicted before.  A client\n"
-"needing a page that is not ready waits for it.  The filter's congestion\n"
-"rule applies: a window submitted while 3/4 of --parallel (rounded up, 9 of\n"
-"12) requests are in flight reads only its sync part.  In adaptive mode the\n"
-"engine is told what the filter tells it: the clock, the latency and cost\n"
-"per page measured over the completed requests, a share of the cache of\n"
-"cache pages / (4 x pages carrying a marker), the\n"
-"stream's read-ahead pages evicted unused; its cap is at least 128K and at most the congestion bound\n"
-"(threshold - 1) x io-max (8 x io-max for 12); a wait for a page read ahead\n"
-"is late feedback, whose early async trigger is made when the window's\n"
-"requests stay below the congestion threshold.\n"
-"\n"
-"Output (stable; columns separated by spaces; lines starting with '#' are\n"
-"headings):\n"
-"  # ra-trace: page-size=N ra-max=N io-max=N cache-size=N export-size=N\n"
-"  # in pages: ra-max=N io-max=N cache-size=N export-size=N\n"
-"  (the parameters used, in bytes, then in pages)\n"
-"  then, unless --quiet, one line per window (start, size, async, marker,\n"
-"  inserted are in pages):\n"
-"    read      read number, from 1, in trace order\n"
-"    stream    stream id (the connection number for log lines)\n"
-"    trigger   sync (page not cached) or async (marker reached)\n"
-"    branch    ondemand branch: A B C D E F G, off (ra-max 0), none (no read)\n"
-"    start size async  the window (clamped to the export); async: async part\n"
-"    marker    the page that got the marker, or - (none, or it was cached)\n"
-"    inserted  pages the window inserted (cached pages are skipped)\n"
-"    batches   backend requests it made (at most io-max each; a batch\n"
-"              never mixes the sync and the async part)\n"
-"  then \"# summary\" and lines \"KEY: NUMBER [(PERCENT of WHAT)]\":\n"
-"    reads, streams, client bytes, page hits, page misses, sync triggers,\n"
-"    async triggers, windows, windows A .. G / off / none, pages inserted,\n"
-"    sync part pages, pages read ahead (async part pages inserted), read\n"
-"    ahead never used (= read ahead evicted unused + read ahead unused at\n"
-"    end), sync part unused at end, pages evicted, backend requests, backend\n"
-"    bytes, amplification (backend bytes / client bytes, 3 decimals, or -\n"
-"    when the trace has no reads)\n"
-"  With timing (--latency, --bandwidth, --client-gap) or --mode adaptive\n"
-"  also: a third heading line \"# timing: mode=M latency-ns=N bandwidth=N\n"
-"  parallel=N client-gap-ns=N congestion-threshold=N\" (bandwidth 0:\n"
-"  unlimited) and in adaptive mode \"# adaptive, in pages: adapt-min=N\n"
-"  self-max=N\"; in the window table a column time_ms (the clock at the\n"
-"  trigger) and in adaptive mode cap (the stream's cap after the decision,\n"
-"  pages), trigger early (an async trigger made early by late feedback),\n"
-"  and inserted and batches count what was read (not what the congestion\n"
-"  rule skipped); after amplification: simulated time (s), client\n"
-"  throughput (bytes/s), stall time (s), page waits, page waits on read\n"
-"  ahead, congestion skips, pages skipped, model latency (ns), model cost\n"
-"  per page (ns), largest window (pages); in adaptive mode late events,\n"
-"  early triggers and one line per stream \"stream ID cap: CAP (largest N,\n"
-"  largest window N, late N, waste N)\".\n"
-"\n"
-"Example: the worked example of doc/readahead-rules.md (ra-max 32 pages, 16K reads):\n"
-"  for i in $(seq 0 21); do echo $((i * 16384)) 16384; done |\n"
-"    " PROG " --mode=kernel --ra-max=128K --export-size=1G\n"
-"A 20 ms backend, the kernel's window against adaptive windows:\n"
-"  for i in $(seq 0 4095); do echo $((i * 65536)) 65536; done > seq\n"
-"  " PROG " -q --mode=kernel --ra-max=128K --latency=20ms --bandwidth=1G seq\n"
-"  " PROG " -q --mode=adaptive --ra-max=8M --latency=20ms --bandwidth=1G seq\n"
-"Record real traffic and replay it:\n"
-"  nbdkit --filter=log PLUGIN ... logfile=/tmp/nbd.log\n"
-"  " PROG " --config=/etc/ra-cache/ra-cache.conf /tmp/nbd.log\n"
-"\n"
-"Exit status: 0 on success, 1 on any error.  See " PROG "(1).\n");
+  fputs ("Usage: " PROG " [OPTIONS] [TRACE]\n"
+         "Replay a trace of client reads (\"OFFSET LENGTH [STREAM]\" lines, "
+         "or nbdkit's log\nfilter's log; TRACE absent or '-': standard "
+         "input) through ra-cache's\nreadahead engine over a simulated page "
+         "cache; print every window and a summary.\n\n"
+         RA_TRACE_OPTIONS_HELP
+         "\nThe trace format, the simulation and the output: " PROG "(1).\n",
+         fp);
 }
 
 static uint64_t
@@ -200,81 +82,47 @@ size_option (const char *opt, const char *arg)
   return v;
 }
 
-/* A duration: "0", or a decimal number (an optional fraction of at most
- * 9 digits) followed by a unit ns, us, ms or s.  At most max_ns.
- */
-static bool
-parse_time (const char *arg, uint64_t max_ns, uint64_t *out)
-{
-  static const struct { const char *name; uint64_t ns; } units[] = {
-    { "ns", 1 }, { "us", 1000 }, { "ms", 1000000 }, { "s", 1000000000 },
-  };
-  const char *p = arg;
-  uint64_t whole = 0, frac = 0, scale = 1, v;
-  size_t k, digits = 0;
-
-  if (strcmp (arg, "0") == 0) {
-    *out = 0;
-    return true;
-  }
-  for (; isdigit ((unsigned char) *p); p++, digits++) {
-    if (whole > UINT64_C (1000000000000))
-      return false;
-    whole = whole * 10 + (uint64_t) (*p - '0');
-  }
-  if (*p == '.') {
-    size_t fd = 0;
-
-    for (p++; isdigit ((unsigned char) *p); p++, fd++) {
-      if (fd == 9)
-        return false;
-      frac = frac * 10 + (uint64_t) (*p - '0');
-      scale *= 10;
-    }
-    if (fd == 0)
-      return false;
-    digits += fd;
-  }
-  if (digits == 0)
-    return false;
-  for (k = 0; k < sizeof units / sizeof units[0]; k++) {
-    if (strcmp (p, units[k].name) != 0)
-      continue;
-    if (whole > max_ns / units[k].ns)
-      return false;
-    v = whole * units[k].ns + (frac * units[k].ns + scale / 2) / scale;
-    if (v > max_ns)
-      return false;
-    *out = v;
-    return true;
-  }
-  return false;
-}
-
 static uint64_t
 time_option (const char *opt, const char *arg)
 {
   uint64_t v;
 
-  if (!parse_time (arg, MAX_TIME_NS, &v))
+  if (rc_parse_duration (arg, 0, MAX_TIME_NS, &v) == -1)
     die ("--%s: '%s' is not a time: a number and a unit ns, us, ms or s "
          "(such as 20ms or 1.5ms), or 0; at most 3600s", opt, arg);
   return v;
 }
 
-/* The options that are the filter's configuration keys (src/config.c
- * checks them, with the filter's defaults and ranges).
+/* The options: getopt_long's table.  The filter's configuration keys
+ * come first, as OPT_KEY + their index in keys[] (src/config.c checks
+ * them, with the filter's defaults and ranges); the flags' values are
+ * their short options.
  */
-static const struct { const char *option, *key; } config_options[] = {
-  { "page-size", "ra-cache-page-size" },
-  { "ra-max", "ra-max" },
-  { "io-max", "ra-io-max" },
-  { "cache-size", "ra-cache-size" },
-  { "mode", "ra-mode" },
-  { "parallel", "ra-max-background" },
+enum { OPT_CONFIG = 256, OPT_EXPORT_SIZE, OPT_LATENCY, OPT_BANDWIDTH,
+       OPT_CLIENT_GAP, OPT_KEY };
+static const struct option longopts[] = {
+  { "page-size", required_argument, NULL, OPT_KEY + 0 },
+  { "ra-max", required_argument, NULL, OPT_KEY + 1 },
+  { "io-max", required_argument, NULL, OPT_KEY + 2 },
+  { "cache-size", required_argument, NULL, OPT_KEY + 3 },
+  { "mode", required_argument, NULL, OPT_KEY + 4 },
+  { "parallel", required_argument, NULL, OPT_KEY + 5 },
+  { "config", required_argument, NULL, OPT_CONFIG },
+  { "export-size", required_argument, NULL, OPT_EXPORT_SIZE },
+  { "latency", required_argument, NULL, OPT_LATENCY },
+  { "bandwidth", required_argument, NULL, OPT_BANDWIDTH },
+  { "client-gap", required_argument, NULL, OPT_CLIENT_GAP },
+  { "quiet", no_argument, NULL, 'q' },
+  { "help", no_argument, NULL, 'h' },
+  { "version", no_argument, NULL, 'V' },
+  { NULL },
 };
-#define NR_CONFIG_OPTIONS \
-  (sizeof config_options / sizeof config_options[0])
+#define SHORTOPTS ":qhV"        /* ':': a missing value is ':' */
+static const char *const keys[] = {
+  "ra-cache-page-size", "ra-max", "ra-io-max", "ra-cache-size", "ra-mode",
+  "ra-max-background",
+};
+#define NR_KEYS (sizeof keys / sizeof keys[0])
 
 /* What the command line says. */
 struct options {
@@ -295,92 +143,33 @@ config_error (const struct options *o, const char *msg)
   const char *file = o->given.file;
   size_t k;
 
-  for (k = 0; k < NR_CONFIG_OPTIONS; k++) {
-    size_t n = strlen (config_options[k].key);
+  for (k = 0; k < NR_KEYS; k++) {
+    size_t n = strlen (keys[k]);
 
-    if (rc_given_has (&o->given, config_options[k].key) &&
-        strncmp (msg, config_options[k].key, n) == 0 && msg[n] == ':')
-      die ("--%s%s", config_options[k].option, msg + n);
+    if (rc_given_has (&o->given, keys[k]) &&
+        strncmp (msg, keys[k], n) == 0 && msg[n] == ':')
+      die ("--%s%s", longopts[k].name, msg + n);
   }
   die ("%s%s%s", file ? file : "", file ? ": " : "", msg);
-}
-
-/* ra-trace's own options: those that take a value (getopt_long returns
- * their OPT_*), and those that take none, each also a short option (its
- * letter).  The filter's keys come first, as OPT_KEY + their index in
- * config_options.
- */
-enum { OPT_CONFIG = 256, OPT_EXPORT_SIZE, OPT_LATENCY, OPT_BANDWIDTH,
-       OPT_CLIENT_GAP, OPT_KEY };
-static const struct option value_options[] = {
-  { "config", required_argument, NULL, OPT_CONFIG },
-  { "export-size", required_argument, NULL, OPT_EXPORT_SIZE },
-  { "latency", required_argument, NULL, OPT_LATENCY },
-  { "bandwidth", required_argument, NULL, OPT_BANDWIDTH },
-  { "client-gap", required_argument, NULL, OPT_CLIENT_GAP },
-};
-static const struct { char letter; const char *option; } flag_options[] = {
-  { 'q', "quiet" }, { 'h', "help" }, { 'V', "version" },
-};
-#define NR_VALUE_OPTIONS (sizeof value_options / sizeof value_options[0])
-#define NR_FLAG_OPTIONS (sizeof flag_options / sizeof flag_options[0])
-
-/* getopt_long's arguments, built from the three tables above so that
- * each option (its name, whether it takes a value, its short form) is
- * written once: the long options of config_options, value_options and
- * flag_options in that order, and the flags' letters as the short
- * options, after ':' (a missing value is then ':', for our message).
- */
-struct getopt_args {
-  struct option longopts[NR_CONFIG_OPTIONS + NR_VALUE_OPTIONS +
-                         NR_FLAG_OPTIONS + 1];
-  char shortopts[1 + NR_FLAG_OPTIONS + 1];
-};
-
-static void
-build_getopt_args (struct getopt_args *g)
-{
-  size_t k, n = 0;
-
-  for (k = 0; k < NR_CONFIG_OPTIONS; k++)
-    g->longopts[n++] = (struct option) {
-      .name = config_options[k].option, .has_arg = required_argument,
-      .val = OPT_KEY + (int) k,
-    };
-  for (k = 0; k < NR_VALUE_OPTIONS; k++)
-    g->longopts[n++] = value_options[k];
-  g->shortopts[0] = ':';
-  for (k = 0; k < NR_FLAG_OPTIONS; k++) {
-    g->longopts[n++] = (struct option) {
-      .name = flag_options[k].option, .has_arg = no_argument,
-      .val = flag_options[k].letter,
-    };
-    g->shortopts[1 + k] = flag_options[k].letter;
-  }
-  g->longopts[n] = (struct option) { .name = NULL };
-  g->shortopts[1 + k] = '\0';
 }
 
 static void
 parse_options (int argc, char *argv[], struct options *o)
 {
-  struct getopt_args g;
   char err[512];
   const char *msg;
   int c;
 
-  build_getopt_args (&g);
   memset (o, 0, sizeof *o);
   rc_config_defaults (&o->cfg);
   opterr = 0;                   /* messages of our own, below */
-  while ((c = getopt_long (argc, argv, g.shortopts, g.longopts,
+  while ((c = getopt_long (argc, argv, SHORTOPTS, longopts,
                            NULL)) != -1) {
-    if (c >= OPT_KEY && c < OPT_KEY + (int) NR_CONFIG_OPTIONS) {
-      const char *key = config_options[c - OPT_KEY].key;
+    if (c >= OPT_KEY && c < OPT_KEY + (int) NR_KEYS) {
+      const char *key = keys[c - OPT_KEY];
 
       if (rc_given_add (&o->given, key, optarg, err, sizeof err) != 0)
-        die ("--%s%s", config_options[c - OPT_KEY].option,
-             err + strlen (key));
+        die ("--%s%s", longopts[c - OPT_KEY].name, err + strlen (key));
       continue;
     }
     switch (c) {
@@ -408,7 +197,7 @@ parse_options (int argc, char *argv[], struct options *o)
       die ("option '%s' needs a value (try --help)", argv[optind - 1]);
     default:
       /* A flag's letter: a long flag given a value (--quiet=1). */
-      if (optopt && strchr (g.shortopts + 1, optopt))
+      if (optopt && strchr (SHORTOPTS + 1, optopt))
         die ("option '%s' takes no value (try --help)", argv[optind - 1]);
       if (optopt)
         die ("unknown option '-%c' (try --help)", optopt);

@@ -64,7 +64,7 @@ K64=65536
 
 # ---- usage errors: exit 2 with a message ------------------------------
 for args in "" "--depth 0 -u x" "--size 1Q -u x" "--bogus -u x" \
-            "--pattern nope -u x" "--time -1 -u x" "--write-ratio 0.5 -u x" \
+            "--pattern nope -u x" "--time -1 -u x" "--time 0 -u x" "--time 1h -u x" "--write-ratio 0.5 -u x" \
             "--streams 3 -u x" "--stride-skip 2 -u x" "-p multiconn --streams 2 -c 3 -u x" \
             "-p interleaved --streams 2 -c 3 -u x" \
             "-s 128M -u x" "--bytes 0 -u x" "-u"; do
@@ -94,7 +94,7 @@ bench seq         -u "$P" -s 64K -d 4 --bytes 8M
 bench backward    -u "$P" -s 64K -d 4 -p backward --bytes 8M
 bench interleaved -u "$P" -s 16K -d 4 -p interleaved --streams 4 --bytes 4M
 bench multiconn   -u "$P" -s 16K -d 2 -p multiconn --streams 3 --bytes 3M
-bench random      -u "$P" -s 4K  -d 8 -p random --time 0.3
+bench random      -u "$P" -s 4K  -d 8 -p random --time 300ms
 bench strided     -u "$P" -s 64K -d 4 -p strided --stride-read 3 --stride-skip 2 --bytes 6M
 bench mixed       -u "$(uri mem)" -s 4K -d 8 -p mixed --write-ratio 0.3 --bytes 8M
 for p in seq backward interleaved multiconn random strided mixed; do

@@ -376,6 +376,9 @@ expect_error "latency without unit" \
 expect_error "negative latency" "^ra-trace: --latency: '-5ms' is not a time" --latency=-5ms
 expect_error "latency too long" "^ra-trace: --latency: '2h' is not a time" --latency=2h
 expect_error "latency over an hour" "^ra-trace: --latency: '3601s' is not a time" --latency=3601s
+"$RA_TRACE" -q --latency=1.5ms --client-gap=250us --export-size=1M /dev/null |
+  grep -q '^# timing: .*latency-ns=1500000 .*client-gap-ns=250000 ' ||
+  fail "--latency=1.5ms --client-gap=250us are not 1500000 ns and 250000 ns"
 expect_error "client gap" "^ra-trace: --client-gap: '1.ms' is not a time" --client-gap=1.ms
 expect_error "mode" "^ra-trace: --mode: 'linux' is not one of: kernel, adaptive" --mode=linux
 expect_error "bandwidth 0" "^ra-trace: --bandwidth: must not be 0" --bandwidth=0

@@ -164,6 +164,15 @@ void rc_config_describe (const struct rc_config *c, bool one_call_per_ctx,
  */
 int rc_parse_size (const char *s, uint64_t *out);
 
+/* Parse a duration into ns: "0", or a decimal number (a fraction of at
+ * most 9 digits allowed) and a unit ns, us, ms or s ("20ms", "1.5s").
+ * A number without a unit is in units of bare_unit_ns, or, when that
+ * is 0, not a duration.  At most max_ns.  Returns -1 if it is not one.
+ * The one duration parser of the tools (ra-trace, ra-bench).
+ */
+int rc_parse_duration (const char *s, uint64_t bare_unit_ns, uint64_t max_ns,
+                       uint64_t *out);
+
 /* ra-cache-stats-listen=[ADDR:]PORT: the address when only a port is
  * given (loopback: the counters are the operator's business).
  */
