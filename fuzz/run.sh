@@ -120,7 +120,8 @@ for t in "${targets[@]}"; do
     config) build config "$srcdir/fuzz/fuzz-config.c" "$srcdir/src/config.c" ;;
     trace) build trace "$srcdir/fuzz/fuzz-trace.c" "$srcdir/src/trace.c" \
              "$srcdir/src/trace-sim.c" "$srcdir/src/readahead.c" \
-             "$srcdir/src/readpath.c" "$srcdir/src/trigger.c" \
+             "$srcdir/src/near.c" "$srcdir/src/readpath.c" \
+             "$srcdir/src/trigger.c" \
              "$srcdir/src/congestion.c" "$srcdir/src/pagecache.c" \
              "$srcdir/src/pagecache-giveback.c" "$srcdir/src/config.c" ;;
   esac
