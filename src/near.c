@@ -41,20 +41,30 @@
  *    window of 256 KiB beyond the request (at least the request's size,
  *    rounded up to a power of two).  A stream whose trials are not hit
  *    tries ever more rarely, one in 2048 such misses at most;
- *  - a dense region read out of order: the NEAR_DENSE_MISSES-th (5th)
- *    miss in a region while it stays among the recent ones, one of its
- *    misses before the one before it, reads the region's whole 1 MiB
- *    block, once while it stays (an inode table read in hash order: a
- *    page at a time at random within a few MiB, each page used in the
- *    end but few soon, so that the ratio above never keeps a window).
- *    A reader striding forward never takes it, and a random reader's
- *    misses fall five times in one of its last eight regions too rarely
- *    to matter (about once in 20,000 4K reads over 400 MB, in the
- *    simulation);
+ *  - a dense area read out of order: the NEAR_DENSE_MISSES-th (5th)
+ *    miss in a region and its two neighbours among the recent ones
+ *    (near_cluster: such an area need not keep within one region),
+ *    one of them before the one before it in its region, reads the
+ *    region's whole 1 MiB block, once while it stays among the recent
+ *    ones; the neighbours' next misses then read theirs (an inode
+ *    table read in hash order, a find over a tree whose directories'
+ *    blocks lie among their files: a page at a time at random within a
+ *    few MiB, each page used in the end but few soon, so that the
+ *    ratio above never keeps a window).  That block is bounded by the
+ *    stream's limit without its share of the cache (dense_max: ra_max,
+ *    the congestion bound, the yield bound), not by its cap: the share
+ *    counts the markers that such reads leave unread, and a cap cut to
+ *    it read a region a third at a time.  A reader striding forward
+ *    never takes it, and a random reader's misses fall five times in
+ *    one of its last eight regions or their neighbours too rarely to
+ *    matter (in the simulation: once in 20,000 4K reads over 400 MB;
+ *    13 times in 50,000 over 64 MiB from four streams in a 16 MiB
+ *    cache, 1.2% more backend bytes);
  *  - a miss inside the last one's request (a read retried after an
  *    error) is exact and changes nothing;
  *  - the pages read are the block of that size (within the stream's
- *    cap) aligned on its size that holds index, and the request: a file
+ *    cap, or dense_max) aligned on its size within index's region
+ *    (block_behind), and the request: a file
  *    system reads a region out of order (an inode table in hash order, a
  *    directory's files), before the miss as often as after it.  The
  *    window is [index, index + req + async), its sync part the request,
@@ -68,6 +78,7 @@
  * before (a chance of 1 in 1024 a miss at most, on any export), and
  * then one trial window, not hit soon, after which the next trial
  * waits twice as long.  Kernel mode never takes N: its branches are
+ * those of doc/readahead-rules.md.
  */
 
 #include <config.h>
@@ -111,13 +122,38 @@ trial_pages (const struct ra_params *p, ra_pgoff req)
  * at most.
  */
 static ra_pgoff
-region_of (const struct ra_params *p, ra_pgoff index)
+region_pages (const struct ra_params *p)
 {
   uint64_t bytes = p->export_size / NEAR_EXPORT_FRACTION;
   ra_pgoff reach = (bytes < NEAR_REACH_BYTES ? bytes : NEAR_REACH_BYTES)
     >> p->page_shift;
 
-  return index / (reach > 0 ? reach : 1);
+  return reach > 0 ? reach : 1;
+}
+
+static ra_pgoff
+region_of (const struct ra_params *p, ra_pgoff index)
+{
+  return index / region_pages (p);
+}
+
+/* The pages before index of the block of issue pages read for a miss
+ * at index: the block aligned on its size within index's region, or,
+ * where that would cross the region's end (issue cut by the cap, not a
+ * power of two), the region's last issue pages; so that a block as
+ * large as the region is the region, whatever cut it.
+ */
+static ra_pgoff
+block_behind (const struct ra_params *p, ra_pgoff index, ra_pgoff issue)
+{
+  ra_pgoff reach = region_pages (p), off = index % reach, start;
+
+  if (issue == 0)
+    return 0;
+  start = off - off % issue;
+  if (start + issue > reach && reach >= issue)
+    start = reach - issue;
+  return off - start;
 }
 
 /* Is region r one of the latest misses' regions?  Make it the latest
@@ -158,17 +194,36 @@ near_recent (struct ra_near *n, ra_pgoff r, ra_pgoff index)
   return found;
 }
 
+/* The misses of the recent regions r - 1, r and r + 1 (a dense area
+ * need not respect region boundaries: a directory tree's blocks spread
+ * over a few MiB); *back: one of them fell before the one before it.
+ */
+static unsigned
+near_cluster (const struct ra_near *n, ra_pgoff r, bool *back)
+{
+  unsigned i, sum = 0;
+
+  *back = false;
+  for (i = 0; i < n->nrecent; i++)
+    if (n->recent[i] + 1 >= r && n->recent[i] <= r + 1) {
+      sum += n->misses[i];
+      *back = *back || n->back[i];
+    }
+  return sum;
+}
+
 /* Decide the async part for a miss at [index, index + req) that
- * branches A-F do not explain, within a window of at most max pages,
- * and record the miss (see the top of this file).
+ * branches A-F do not explain, within a window of at most max pages
+ * (dense_max for a dense area's block), and record the miss (see the
+ * top of this file).
  */
 ra_pgoff
 ra_near_ahead (struct ra_near *n, const struct ra_params *p,
-               ra_pgoff index, ra_pgoff req, ra_pgoff max)
+               ra_pgoff index, ra_pgoff req, ra_pgoff max, ra_pgoff dense_max)
 {
   ra_pgoff ahead = n->ahead, issue, lo = near_pages (p, NEAR_MIN_BYTES);
   double all;
-  bool local, good, poor;
+  bool local, good, poor, back;
 
   /* The last miss's own pages again (a read retried after an error, or
    * pages evicted at once): not a new read, and nothing to learn.
@@ -214,7 +269,8 @@ ra_near_ahead (struct ra_near *n, const struct ra_params *p,
   else if (ahead == 0 && local && n->streak >= (2u << n->fails))
     ahead = issue = trial_pages (p, req);
   /* else: a window is waiting for its hits: read exactly meanwhile. */
-  if (n->misses[0] >= NEAR_DENSE_MISSES && n->back[0] && !n->filled[0]) {
+  if (!n->filled[0] && near_cluster (n, n->recent[0], &back) >=
+      NEAR_DENSE_MISSES && back) {
     /* A dense region read out of order: its NEAR_DENSE_MISSES-th miss
      * while it stayed among the recent ones, one of them before the one
      * before it (an inode table read in hash order; not a reader that
@@ -224,6 +280,8 @@ ra_near_ahead (struct ra_near *n, const struct ra_params *p,
     n->filled[0] = true;
     if (issue < near_pages (p, NEAR_MAX_BYTES))
       issue = near_pages (p, NEAR_MAX_BYTES);
+    if (dense_max > max)
+      max = dense_max;
   }
   if (issue > 0)
     n->streak = 0;              /* counts the misses since a window */
@@ -233,13 +291,13 @@ ra_near_ahead (struct ra_near *n, const struct ra_params *p,
   n->lo = index;
   n->req_end = index + req;
   n->valid = true;
-  if (req + issue > max)
-    issue = max > req ? max - req : 0;
-  /* The block of issue pages aligned on its size that holds index: the
+  if (issue > max)               /* the block holds the request too */
+    issue = max;
+  /* The block of issue pages that holds index (block_behind): the
    * pages of a region a file system reads out of order (an inode table,
    * a directory's files) are before the miss as often as after it.
    */
-  n->behind = issue > 0 ? index % issue : 0;
+  n->behind = block_behind (p, index, issue);
   n->ring[n->pos] = issue;
   n->pending += issue;
   n->pos = (n->pos + 1) % RA_NEAR_RIPE;

@@ -26,10 +26,12 @@ ra_roundup_pow2 (ra_pgoff n)
 
 /* The near rule (near.c): the async part for a miss at
  * [index, index + req) that branches A-F do not explain, within a
- * window of at most max pages; records the miss in n, and sets
- * n->behind, the pages of the aligned block before index to read too.
+ * window of at most max pages (dense_max for a dense area's block);
+ * records the miss in n, and sets n->behind, the pages of the block
+ * before index to read too.
  */
 extern ra_pgoff ra_near_ahead (struct ra_near *n, const struct ra_params *p,
-                               ra_pgoff index, ra_pgoff req, ra_pgoff max);
+                               ra_pgoff index, ra_pgoff req, ra_pgoff max,
+                               ra_pgoff dense_max);
 
 #endif /* RACACHE_READAHEAD_INTERNAL_H */

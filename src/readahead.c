@@ -395,18 +395,20 @@ fetch_secs (const struct ra_params *p, const struct ra_inputs *in,
 }
 
 /* The stream's limit: ra_max within the congestion bound, its share of
- * the cache and the yield bound, never below adapt_min (or ra_max, if
- * that is smaller).
+ * the cache (when share) and the yield bound, never below adapt_min (or
+ * ra_max, if that is smaller).  Without the share it bounds the near
+ * rule's read of a dense area (near.c).
  */
 static ra_pgoff
-adapt_limit (const struct ra_params *p, const struct ra_inputs *in)
+adapt_limit (const struct ra_params *p, const struct ra_inputs *in,
+             bool share)
 {
   ra_pgoff floor = ra_min_pg (p->adapt_min ? p->adapt_min : 1, p->ra_max);
   ra_pgoff limit = p->ra_max;
 
   if (p->self_max)
     limit = ra_min_pg (limit, p->self_max);
-  if (in && in->share)
+  if (share && in && in->share)
     limit = ra_min_pg (limit, in->share);
   if (in && in->yield_max)
     limit = ra_min_pg (limit, in->yield_max);
@@ -419,7 +421,7 @@ adapt_cap (struct ra_adapt *ad, const struct ra_params *p,
            const struct ra_inputs *in)
 {
   ra_pgoff floor = ra_min_pg (p->adapt_min ? p->adapt_min : 1, p->ra_max);
-  ra_pgoff limit = adapt_limit (p, in);
+  ra_pgoff limit = adapt_limit (p, in, true);
   ra_pgoff w = limit;
   unsigned i;
 
@@ -639,7 +641,8 @@ context (struct ra_state *ra, const struct ra_cache_ops *cache,
 static enum ra_branch
 sync_ra (struct ra_state *ra, const struct ra_params *p,
          const struct ra_cache_ops *cache, void *opaque,
-         ra_pgoff index, ra_pgoff req, ra_pgoff max, struct ra_near *near)
+         ra_pgoff index, ra_pgoff req, ra_pgoff max, struct ra_near *near,
+         ra_pgoff dense_max)
 {
   enum ra_branch b;
   ra_pgoff ahead;
@@ -660,7 +663,7 @@ sync_ra (struct ra_state *ra, const struct ra_params *p,
   b = context (ra, cache, opaque, index, req, max);
   if (b != RA_NONE || !near)
     return b;
-  ahead = ra_near_ahead (near, p, index, req, max);
+  ahead = ra_near_ahead (near, p, index, req, max, dense_max);
   if (ahead == 0 && near->behind == 0)
     return RA_NONE;
   ra->start = index;
@@ -724,7 +727,8 @@ ra_ondemand_at (const struct ra_control *ctl, struct ra_window *w)
     branch = async_ra (ra, p, ctl->cache, ctl->opaque, index, req, max);
   else
     branch = sync_ra (ra, p, ctl->cache, ctl->opaque, index, req, max,
-                      adaptive ? near : NULL);
+                      adaptive ? near : NULL,
+                      adaptive ? adapt_limit (p, ctl->in, false) : max);
   if (branch == RA_NONE) {
     /* No hole after an unexplained marker: nothing to read; else G: a
      * random read: exactly the request, state untouched.

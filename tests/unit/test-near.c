@@ -327,11 +327,10 @@ static const struct ra_cache_ops none_ops = { .cached = nothing_cached };
  * its branch.
  */
 static ra_pgoff
-decide_shared (struct ra_state *ra, struct ra_near *near,
-               const struct ra_params *p, ra_pgoff index, ra_pgoff hits,
-               enum ra_branch expect)
+decide_in (struct ra_state *ra, struct ra_near *near,
+           const struct ra_params *p, ra_pgoff index, struct ra_inputs in,
+           enum ra_branch expect)
 {
-  struct ra_inputs in = { .lat_ns = -1, .near_hits = hits };
   const struct ra_control ctl = {
     .ra = ra, .p = p, .cache = &none_ops, .opaque = NULL,
     .index = index, .marker = false, .req = 1, .in = &in, .near = near,
@@ -343,16 +342,33 @@ decide_shared (struct ra_state *ra, struct ra_near *near,
     ck_assert_int_eq (w.branch, expect);
   ck_assert_uint_eq (w.start, index);
   if (w.branch == RA_N_NEAR) {
-    /* The request, and an aligned block around it. */
+    /* The request, and a block around it within its region (256
+     * pages here), aligned on its size when that is a power of two.
+     */
+    ra_pgoff from = w.start - w.behind, n = w.behind + w.size;
+
     ck_assert_uint_eq (w.async_size, w.size - 1);
     if (w.async_size > 0)
       ck_assert_uint_eq (w.marker, index + 1);
-    ck_assert_uint_eq ((w.start - w.behind) % (w.behind + w.size), 0);
+    ck_assert_uint_eq (from / 256, index / 256);
+    ck_assert_uint_le (from % 256 + n, 256);
+    if ((n & (n - 1)) == 0)
+      ck_assert_uint_eq (from % n, 0);
   }
   else
     ck_assert_uint_eq (w.behind, 0);
   ra_update_prev_pos (ra, (index + 1) << 12);
   return w.behind + w.size;
+}
+
+static ra_pgoff
+decide_shared (struct ra_state *ra, struct ra_near *near,
+               const struct ra_params *p, ra_pgoff index, ra_pgoff hits,
+               enum ra_branch expect)
+{
+  const struct ra_inputs in = { .lat_ns = -1, .near_hits = hits };
+
+  return decide_in (ra, near, p, index, in, expect);
 }
 
 static ra_pgoff
@@ -470,6 +486,49 @@ START_TEST (test_dense_region)
 }
 END_TEST
 
+/* An area read out of order across region boundaries (a find over a
+ * tree whose directories' blocks lie among their files): the fifth miss
+ * in a region and its neighbours reads the region's block, and a
+ * neighbour's next miss its own; that block is bounded by ra_max and
+ * the congestion bound, not by the stream's share of the cache, and a
+ * block cut by them stays within its region.
+ */
+START_TEST (test_dense_area)
+{
+  struct sim *s = sim_new (RA_MODE_ADAPTIVE);
+  struct ra_state *ra = &s->ra;
+  /* Regions 20 and 21 (pages 5120-5631), two or three misses each. */
+  static const ra_pgoff spread[] = { 5200, 5500, 5150, 5400 };
+  struct ra_inputs in = { .lat_ns = -1, .share = 48 };
+  unsigned k;
+
+  for (k = 0; k < 4; k++)
+    ck_assert_uint_le (decide_in (ra, NULL, &s->p, spread[k], in,
+                                  RA_NR_BRANCHES), 64);
+  /* The fifth in regions 20-22: region 21's block, whole, though the
+   * share would cap a window at 48 pages.
+   */
+  ck_assert_uint_eq (decide_in (ra, NULL, &s->p, 5450, in, RA_N_NEAR), 256);
+  /* Region 20's next miss: its block. */
+  ck_assert_uint_eq (decide_in (ra, NULL, &s->p, 5170, in, RA_N_NEAR), 256);
+
+  /* ra_max of 200 pages cuts the block: the region's last 200 pages
+   * for a miss at its end, its first 200 for one at its start; never
+   * across the region's end (decide_in checks).
+   */
+  ra_state_init (ra);
+  s->p.ra_max = 200;
+  for (k = 0; k < 4; k++)
+    decide_in (ra, NULL, &s->p, 10240 + spread[k] - 5120, in,
+               RA_NR_BRANCHES);
+  ck_assert_uint_eq (decide_in (ra, NULL, &s->p, 10240 + 500, in,
+                                RA_N_NEAR), 200);
+  ck_assert_uint_eq (decide_in (ra, NULL, &s->p, 10240 + 20, in,
+                                RA_N_NEAR), 200);
+  free (s);
+}
+END_TEST
+
 START_TEST (test_kernel_mode_never_near)
 {
   struct sim *s = sim_new (RA_MODE_KERNEL);
@@ -498,6 +557,7 @@ near_suite (void)
   tcase_add_test (tc, test_hits_size_the_window);
   tcase_add_test (tc, test_streams_share_the_rule);
   tcase_add_test (tc, test_dense_region);
+  tcase_add_test (tc, test_dense_area);
   tcase_add_test (tc, test_kernel_mode_never_near);
   suite_add_tcase (s, tc);
   return s;
