@@ -492,6 +492,59 @@ wait_for ()
   fail "timed out waiting for: test $*"
 }
 
+# ---- a kernel block device: nbdfuse and a loop device ---------------------
+
+# kernel_dev_init WHY: skip unless root (WHY: what needs it), /dev/fuse
+# and the tools; make $tmpdir/mnt (nbdfuse's) and $tmpdir/fs (the mount
+# point); undo mounts, loop device and nbdfuse on every exit path.
+kernel_dev_init ()
+{
+  export PATH=/usr/sbin:/sbin:$PATH
+  [ "$(id -u)" -eq 0 ] || skip "needs root ($1)"
+  [ -c /dev/fuse ] || skip "no /dev/fuse: FUSE is not available here"
+  requires nbdfuse losetup mkfs.ext4 mountpoint
+  loop=
+  fuse_pid=
+  mkdir -p "$tmpdir/mnt" "$tmpdir/fs"
+  at_cleanup kernel_dev_undo
+}
+
+kernel_dev_undo ()
+{
+  mountpoint -q "$tmpdir/fs" && umount "$tmpdir/fs"
+  [ -n "$loop" ] && losetup -d "$loop"
+  mountpoint -q "$tmpdir/mnt" && umount "$tmpdir/mnt"
+  [ -n "$fuse_pid" ] && kill "$fuse_pid" 2>/dev/null &&
+    wait "$fuse_pid" 2>/dev/null
+  return 0
+}
+
+# kernel_attach NAME [-r]: server NAME's export as the loop device $loop
+# (-r: read-only), through nbdfuse.
+kernel_attach ()
+{
+  local ro=${2:-}
+
+  nbdfuse $ro "$tmpdir/mnt" --unix "$(sock "$1")" &
+  fuse_pid=$!
+  wait_for -f "$tmpdir/mnt/nbd"
+  if ! loop=$(losetup $ro -f --show "$tmpdir/mnt/nbd" 2>"$tmpdir/losetup.err"); then
+    loop=
+    skip "losetup cannot attach a loop device here: $(cat "$tmpdir/losetup.err")"
+  fi
+}
+
+# kernel_detach NAME: unmount $tmpdir/fs, detach $loop, end nbdfuse, stop
+# server NAME (a failure if it does not stop cleanly).
+kernel_detach ()
+{
+  umount "$tmpdir/fs"
+  losetup -d "$loop"; loop=
+  umount "$tmpdir/mnt"
+  wait "$fuse_pid" || true; fuse_pid=
+  stop_server "$1" || fail "the front $1 did not stop cleanly"
+}
+
 # ---- a test (not bench/lib.sh) -------------------------------------------
 if [ -z "${ra_test_library:-}" ]; then
   set -euo pipefail

@@ -8,27 +8,11 @@
 # loop devices and processes are cleaned up on every exit path.
 test_needs="nbdkit filter"
 . "${top_srcdir:-$(dirname "$0")/..}/tests/functions.sh"
-export PATH=/usr/sbin:/sbin:$PATH
-
-[ "$(id -u)" -eq 0 ] || skip "needs root (losetup, mount, drop_caches)"
-[ -c /dev/fuse ] || skip "no /dev/fuse: FUSE is not available here"
-requires nbdfuse losetup mkfs.ext4 mountpoint
-
+kernel_dev_init "losetup, mount, drop_caches"
 d=$tmpdir
-loop=
-fuse_pid=
-undo_mounts ()
-{
-  mountpoint -q "$d/fs" && umount "$d/fs"
-  [ -n "$loop" ] && losetup -d "$loop"
-  mountpoint -q "$d/mnt" && umount "$d/mnt"
-  [ -n "$fuse_pid" ] && kill "$fuse_pid" 2>/dev/null && wait "$fuse_pid" 2>/dev/null
-  return 0
-}
-at_cleanup undo_mounts
 
 # The tree: 40 directories of 25 files of 1 to 9 KiB.
-mkdir -p "$d/tree" "$d/mnt" "$d/fs"
+mkdir -p "$d/tree"
 for i in $(seq 40); do
   mkdir "$d/tree/dir$i"
   for j in $(seq 25); do
@@ -45,24 +29,14 @@ start_server back -r --filter=delay file "$d/disk.img" rdelay=1ms
 read_tree ()
 {
   start_front "$1" back ra-cache-learn="$d/fs.learn"
-  nbdfuse -r "$d/mnt" --unix "$(sock "$1")" &
-  fuse_pid=$!
-  wait_for -f "$d/mnt/nbd"
-  if ! loop=$(losetup -r -f --show "$d/mnt/nbd" 2>"$d/losetup.err"); then
-    loop=
-    skip "losetup cannot attach a loop device here: $(cat "$d/losetup.err")"
-  fi
+  kernel_attach "$1" -r
   mount -o ro,noload "$loop" "$d/fs"
   sync; echo 3 > /proc/sys/vm/drop_caches
   timeout "$CLIENT_TIMEOUT" tar -C "$d/fs" -cf - . > /dev/null ||
     fail "tar through $1 failed"
   (cd "$d/fs" && sha256sum -c --quiet "$d/sums") ||
     fail "the files read through $1 are not the tree's"
-  umount "$d/fs"
-  losetup -d "$loop"; loop=
-  umount "$d/mnt"
-  wait "$fuse_pid" || true; fuse_pid=
-  stop_server "$1" || fail "the front $1 did not stop cleanly"
+  kernel_detach "$1"
 }
 
 read_tree first
