@@ -390,8 +390,8 @@ fetch_secs (const struct ra_params *p, const struct ra_inputs *in,
   unsigned par = p->parallel ? p->parallel : 1;
   ra_pgoff rounds = (reads + par - 1) / par;
 
-  return (double) rounds * (in->lat_ns + (double) ra_min_pg (w, io) * in->page_ns)
-    / 1e9;
+  return (double) rounds
+    * (in->lat_ns + (double) ra_min_pg (w, io) * in->page_ns) / 1e9;
 }
 
 /* The stream's limit: ra_max within the congestion bound, its share of
