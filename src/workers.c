@@ -24,6 +24,7 @@ rc_congestion (struct rc_cache *c, enum rc_cong_question q,
   struct rc_cong_load l = *asked;
 
   l.executing = atomic_load (&c->executing);
+  l.executing_bytes = atomic_load (&c->executing_bytes);
   l.queued = atomic_load (&c->q.queued);
   l.all_client_bytes = atomic_load (&c->client_bytes_reading);
   l.window_bytes = c->params.io_max << c->params.page_shift;

@@ -39,7 +39,14 @@
  *
  *  - RC_CONG_ISSUE: may a worker start a queued async read now?  With
  *    learning, only while the reads running leave, after it, one of the
- *    estimated slots free for the next sync read (or none run at all).
+ *    estimated slots free for the next sync read, and their bytes are
+ *    below twice the bandwidth-delay product (when known): beyond that
+ *    the pipe is full, and where the backend shares its bandwidth among
+ *    the reads in flight (nbdkit's rate filter, TCP connections side by
+ *    side) one more read would only slow those the clients need next.
+ *    Twice, as BBR caps what it has in flight: the BDP measured only
+ *    grows while more than it is in flight.  Either way an async read
+ *    may start when none runs at all.
  *    With ra-congestion=wait (either mode), only below the fixed
  *    threshold (HOLD_LIMIT).  Other clients' sync reads running do not
  *    hold it back by themselves (they count among the reads running):
@@ -121,6 +128,7 @@ struct rc_cong_sample {
 /* What is going on when a question is asked. */
 struct rc_cong_load {
   unsigned executing;           /* backend reads running now */
+  uint64_t executing_bytes;     /* ISSUE: their bytes (0: not counted) */
   unsigned queued;              /* jobs waiting for a worker */
   unsigned new_reads;           /* EARLY: the reads the window would add */
   unsigned client_reads;        /* WINDOW: the reads the client keeps in

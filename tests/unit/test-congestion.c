@@ -372,6 +372,31 @@ START_TEST (test_decide_rules)
   ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l), RC_CONG_GO);
   l.covered = false;
   l.all_client_bytes = 0;
+  /* The pipe is full: while the reads running carry twice the BDP, no
+   * async read starts (on a link shared among the reads in flight it
+   * would only slow the reads clients are about to need); with nothing
+   * running, one always may.  Before the BDP is known, the slots alone.
+   */
+  {
+    struct rc_cong_estimate est;
+    struct rc_cong_load f = { .executing = 1 };
+    struct rc_cong fresh;
+
+    rc_cong_get (&a, &est);
+    ck_assert_uint_gt (est.bdp_bytes, 0);
+    f.executing_bytes = 2 * est.bdp_bytes - 1;
+    ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_ISSUE, &f), RC_CONG_GO);
+    f.executing_bytes = 2 * est.bdp_bytes;
+    ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_ISSUE, &f), RC_CONG_HOLD_ESTIMATE);
+    f.executing = 0;
+    ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_ISSUE, &f), RC_CONG_GO);
+    rc_cong_init (&fresh, 9, true, false);
+    f.executing = 1;
+    f.executing_bytes = UINT64_C (1) << 40;
+    ck_assert_int_eq (rc_cong_decide (&fresh, RC_CONG_ISSUE, &f), RC_CONG_GO);
+    /* Kernel mode measures nothing: the bytes do not count there. */
+    ck_assert_int_eq (rc_cong_decide (&ks, RC_CONG_ISSUE, &f), RC_CONG_GO);
+  }
   /* The threshold stays an upper bound in adaptive mode. */
   l.executing = 9;
   ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_ISSUE, &l), RC_CONG_HOLD_ESTIMATE);
