@@ -202,10 +202,8 @@ rc_cong_decide (const struct rc_cong *e, enum rc_cong_question q,
     slots = atomic_load_explicit (&e->slots_now, memory_order_relaxed);
     if (l->executing > 0 && l->executing + 1 + (slots > 1) > slots)
       return RC_CONG_HOLD_ESTIMATE;
-    /* Nor while the reads running fill the pipe twice over: on a shared
-     * link one more would only slow the reads due first.  Twice (as
-     * BBR caps what it has in flight): the rate measured, and so the
-     * BDP, only grows when more than the BDP is in flight.
+    /* Nor while the reads running carry twice the BDP (why: the header,
+     * RC_CONG_ISSUE).
      */
     bdp = atomic_load_explicit (&e->bdp_now_bytes, memory_order_relaxed);
     if (l->executing > 0 && bdp > 0 && l->executing_bytes >= 2 * bdp)
