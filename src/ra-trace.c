@@ -263,16 +263,16 @@ print_heading (const struct sim *s, const struct options *o)
 }
 
 /* The counters as the filter reports them (the one table of
- * include/racache/stats.h, under its JSON keys) on one line, last: for
- * scripts that compare a replay with a real run's stats.  (Here, not
- * in src/trace-sim.c: the fuzzer links that without src/stats.c.)
+ * include/racache/stats.h, under its JSON keys), one per line, last.
+ * (Here, not in src/trace-sim.c: the fuzzer links that without
+ * src/stats.c.)
  */
 static void
 print_counters (const struct sim *s)
 {
+  printf ("# counters\n");
   rc_stats_print (stdout, &s->st, UINT32_C (1) << s->p.page_shift,
-                  RC_STATS_LINE, 0, "# counters: ");
-  putchar ('\n');
+                  RC_STATS_LIST, 0, "");
 }
 
 int

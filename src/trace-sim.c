@@ -1,32 +1,14 @@
 /* ra-trace: the replay (src/trace-sim.h).
  *
  * What runs is the filter's code: each client read goes through the
- * core's read path (rc_read_path: sync trigger, async trigger, wait,
- * copy, src/readpath.c) and each trigger through the core's trigger
- * (rc_trigger, rc_trigger_late: the decision, adaptive mode's inputs,
- * the congestion rule, src/trigger.c), over the filter's page cache
- * without page data (rc_pc_new_nodata: its eviction, counters and waste
- * feedback).  Each stream of the trace has its own stream state and
- * drop-behind, as the filter's streams (one per NBD connection); the
- * cache, and so the markers, is shared by all of them.
- *
- * What is simulated is the backend and time: a discrete-event
- * simulation over a virtual clock (ns), with one client timeline: the
- * reads are replayed one after another in trace order, whatever their
- * stream, --client-gap apart.  Each backend read (a batch of a window)
- * is issued at the clock of its trigger, a window's async batches once
- * its sync batches are complete, as the filter queues them.  It is
- * computed at once, first come first served: it starts when one of
- * --parallel slots is free, its transfer starts after the latency once
- * the link is free (one link: transfers are serialized on it) and ends
- * after bytes / bandwidth; its pages are up to date when the clock
- * passes that, and the backend model (ra_model_sample) learns its time
- * then.  A client that needs a page in flight waits: the clock moves to
- * its read's completion (rc_pc_access's before_wait).  The congestion
- * decision is the filter's with its fixed threshold (the estimator
- * measures a real backend) over the reads issued and not complete.
- * With no latency and no bandwidth limit every read completes at its
- * issue: pages are up to date as soon as their window is submitted.
+ * core's read path (rc_read_path, src/readpath.c), each trigger through
+ * the core's trigger (rc_trigger, rc_trigger_late, src/trigger.c), over
+ * the filter's page cache without page data (rc_pc_new_nodata).  What is
+ * simulated is the backend and time: a discrete-event simulation over a
+ * virtual clock (ns).  ra-trace(1) (src/ra-trace.pod), SIMULATION and
+ * TIMING AND ADAPTIVE MODE, is the contract: the client's one timeline,
+ * the backend's slots and one link, the congestion answers, what the
+ * model samples.
  */
 
 #include <config.h>
@@ -289,12 +271,8 @@ record (struct sim *s, const struct rc_trigger *t, const char *kind)
 
   STAT_ADD (&s->st, sync_pages, t->res.sync_pages);
   STAT_ADD (&s->st, async_pages, t->res.async_pages - t->dropped);
-  /* The summary counts every decision (the filter's counters only
-   * windows that read something).
-   */
-  if (t->w.size == 0)
-    STAT_ADD (&s->st, windows[t->w.branch < RA_NR_BRANCHES ? t->w.branch
-                              : RA_NONE], 1);
+  if (t->w.size == 0)           /* the filter counts windows with pages */
+    s->empty_windows++;
   if (t->marker)
     s->async_triggers++;
   else
@@ -458,78 +436,34 @@ replay_read (struct sim *s, const struct trace_read *r)
 
 /* ---- the summary ---------------------------------------------------------- */
 
-/* The end of a summary line: " (P% of WHAT)" when of > 0. */
+/* One line of the summary: "KEY: V", then " (P% of WHAT)" when of > 0. */
 static void
-end_line (double v, uint64_t of, const char *what)
-{
-  if (of)
-    printf (" (%.1f%% of %s)", 100.0 * v / (double) of, what);
-  putchar ('\n');
-}
-
-static void
-print_share (const char *key, uint64_t v, uint64_t of, const char *what)
+print_kv (const char *key, uint64_t v, uint64_t of, const char *what)
 {
   printf ("%-28s %" PRIu64, key, v);
-  end_line ((double) v, of, what);
-}
-
-static void
-print_kv (const char *key, uint64_t v)
-{
-  print_share (key, v, 0, NULL);
+  if (of)
+    printf (" (%.1f%% of %s)", 100.0 * (double) v / (double) of, what);
+  putchar ('\n');
 }
 
 void
 print_summary (const struct sim *s)
 {
-  /* Every branch a trace can produce (no NBD_CMD_CACHE: no "forced"). */
-  static const enum ra_branch order[] = {
-    RA_A_INITIAL, RA_B_SEQUENTIAL, RA_C_INTERLEAVED, RA_D_OVERSIZE,
-    RA_E_SEQ_MISS, RA_F_CONTEXT, RA_G_RANDOM, RA_N_NEAR, RA_OFF, RA_NONE
-  };
-  const struct rc_stats *st = &s->st;
-  uint64_t hits = STAT_GET (st, page_hits), misses = STAT_GET (st, page_misses);
-  uint64_t client = STAT_GET (st, client_bytes), nwin = 0;
-  uint64_t ahead = STAT_GET (st, async_pages);
-  uint64_t wasted = STAT_GET (st, ahead_wasted_pages);
+  uint64_t ahead = STAT_GET (&s->st, async_pages);
   struct rc_pc_counts pcc;
-  size_t k;
 
   rc_pc_counts (s->pc, &pcc);
-  for (k = 0; k < RA_NR_BRANCHES; k++)
-    nwin += STAT_GET (st, windows[k]);
   printf ("# summary\n");
-  print_kv ("reads:", STAT_GET (st, client_reads));
-  print_kv ("streams:", s->nstreams);
-  print_kv ("client bytes:", client);
-  print_share ("page hits:", hits, hits + misses, "pages read");
-  print_share ("page misses:", misses, hits + misses, "pages read");
-  print_kv ("sync triggers:", s->sync_triggers);
-  print_kv ("async triggers:", s->async_triggers);
-  print_kv ("windows:", nwin);
-  for (k = 0; k < sizeof order / sizeof order[0]; k++) {
-    char key[32];
-
-    snprintf (key, sizeof key, "windows %s:", ra_branch_name (order[k]));
-    print_kv (key, STAT_GET (st, windows[order[k]]));
-  }
-  print_kv ("pages inserted:", STAT_GET (st, sync_pages) + ahead);
-  print_kv ("sync part pages:", STAT_GET (st, sync_pages));
-  print_kv ("pages read ahead:", ahead);
-  print_share ("read ahead never used:", wasted + pcc.unused_ahead, ahead,
-               "read ahead");
-  print_kv ("read ahead evicted unused:", wasted);
-  print_kv ("read ahead unused at end:", pcc.unused_ahead);
-  print_kv ("sync part unused at end:", pcc.unused - pcc.unused_ahead);
-  print_kv ("pages evicted:", STAT_GET (st, evictions));
-  print_kv ("backend requests:", STAT_GET (st, backend_reads));
-  print_kv ("backend bytes:", STAT_GET (st, backend_bytes));
-  if (client)
-    printf ("%-28s %.3f\n", "amplification:",
-            (double) STAT_GET (st, backend_bytes) / (double) client);
-  else
-    printf ("%-28s -\n", "amplification:");
+  print_kv ("streams:", s->nstreams, 0, NULL);
+  print_kv ("sync triggers:", s->sync_triggers, 0, NULL);
+  print_kv ("async triggers:", s->async_triggers, 0, NULL);
+  print_kv ("empty windows:", s->empty_windows, 0, NULL);
+  print_kv ("read ahead never used:", STAT_GET (&s->st, ahead_wasted_pages) +
+            pcc.unused_ahead, ahead, "read ahead");
+  print_kv ("read ahead unused at end:", pcc.unused_ahead, 0, NULL);
+  print_kv ("sync part unused at end:", pcc.unused - pcc.unused_ahead, 0,
+            NULL);
+  print_kv ("largest window:", s->largest_window, 0, NULL);
 }
 
 void
@@ -547,21 +481,18 @@ print_timing (const struct sim *s, const uint64_t *stream_ids)
   else
     printf ("%-28s -\n", "client throughput:");
   printf ("%-28s %.6f s", "stall time:", (double) s->stall_ns / 1e9);
-  end_line ((double) s->stall_ns, s->now, "simulated time");
-  print_kv ("page waits:", STAT_GET (&s->st, page_waits));
-  print_kv ("page waits on read ahead:", s->ahead_waits);
-  print_kv ("congestion skips:", STAT_GET (&s->st, async_skipped));
-  print_kv ("pages skipped:", STAT_GET (&s->st, async_skipped_pages));
+  if (s->now > 0)
+    printf (" (%.1f%% of simulated time)",
+            100.0 * (double) s->stall_ns / (double) s->now);
+  putchar ('\n');
+  print_kv ("page waits on read ahead:", s->ahead_waits, 0, NULL);
   if (ra_model_estimate (&s->model, &lat, &page))
     printf ("%-28s %.0f ns (%.3f ms)\n%-28s %.1f ns\n", "model latency:", lat,
             lat / 1e6, "model cost per page:", page);
   else
     printf ("%-28s -\n%-28s -\n", "model latency:", "model cost per page:");
-  print_kv ("largest window:", s->largest_window);
   if (s->p.mode != RA_MODE_ADAPTIVE)
     return;
-  print_kv ("late events:", STAT_GET (&s->st, adapt_late));
-  print_kv ("early triggers:", STAT_GET (&s->st, adapt_early_triggers));
   for (i = 0; i < s->nstreams; i++) {
     const struct stream *st = &s->streams[i];
     char key[48];

@@ -74,6 +74,7 @@ struct sim {
   size_t head, n, alloc;
   /* The counters struct rc_stats has no field for. */
   uint64_t sync_triggers, async_triggers;
+  uint64_t empty_windows;       /* decisions that read nothing */
   uint64_t ahead_waits;         /* waits for a read-ahead page in flight */
   uint64_t stall_ns;            /* clock time spent waiting */
   ra_pgoff largest_window;

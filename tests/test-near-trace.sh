@@ -32,11 +32,11 @@ for mode in adaptive kernel; do
   timeout 60 "$RA_TRACE" --mode="$mode" --latency=1ms "$TRACE" > "$tmpdir/$mode.out" ||
     fail "ra-trace --mode=$mode failed on $TRACE"
 done
-[ "$(summary "$tmpdir/adaptive.out" reads)" = 600 ] || fail "the trace should hold 600 reads"
-nn=$(summary "$tmpdir/adaptive.out" "windows N")
-nk=$(summary "$tmpdir/kernel.out" "windows N")
-ma=$(summary "$tmpdir/adaptive.out" "page misses")
-mk=$(summary "$tmpdir/kernel.out" "page misses")
+[ "$(summary "$tmpdir/adaptive.out" client_reads)" = 600 ] || fail "the trace should hold 600 reads"
+nn=$(summary "$tmpdir/adaptive.out" windows.N)
+nk=$(summary "$tmpdir/kernel.out" windows.N)
+ma=$(summary "$tmpdir/adaptive.out" page_misses)
+mk=$(summary "$tmpdir/kernel.out" page_misses)
 echo "$test_name: file system trace: adaptive $nn N windows, $ma page misses; kernel $nk N windows, $mk page misses"
 [ "$nn" -gt 0 ] || fail "adaptive mode took no N window on the file system trace"
 [ "$nk" -eq 0 ] || fail "kernel mode took $nk N windows"
@@ -55,10 +55,10 @@ for mode in adaptive kernel; do
     "$tmpdir/random.trace" > "$tmpdir/random-$mode.out" ||
     fail "ra-trace --mode=$mode failed on random reads"
 done
-nr=$(summary "$tmpdir/random-adaptive.out" "windows N")
-ahead=$(summary "$tmpdir/random-adaptive.out" "pages read ahead")
-ahead_k=$(summary "$tmpdir/random-kernel.out" "pages read ahead")
-amp=$(summary "$tmpdir/random-adaptive.out" amplification)
+nr=$(summary "$tmpdir/random-adaptive.out" windows.N)
+ahead=$(summary "$tmpdir/random-adaptive.out" async_pages)
+ahead_k=$(summary "$tmpdir/random-kernel.out" async_pages)
+amp=$(summary "$tmpdir/random-adaptive.out" backend_bytes_per_client_byte)
 echo "$test_name: random 4 KiB reads: $nr N windows, $ahead pages read ahead (kernel mode $ahead_k, by context readahead), amplification $amp"
 [ "$nr" -eq 0 ] || fail "random reads took $nr N windows"
 [ "$ahead" -le "$ahead_k" ] || fail "random reads: $ahead pages read ahead, more than kernel mode's $ahead_k"

@@ -60,31 +60,19 @@ expect_rows "$tmpdir/we.out" "\
 3 0 async B 24 32 32 24 32 1
 7 0 async B 56 32 32 56 32 1
 15 0 async B 88 32 32 88 32 1" "worked example"
-expect_summary "$tmpdir/we.out" "reads" 22 "worked example"
-expect_summary "$tmpdir/we.out" "client bytes" 360448 "worked example"
-expect_summary "$tmpdir/we.out" "page hits" 87 "worked example"
-expect_summary "$tmpdir/we.out" "page misses" 1 "worked example"
-expect_summary "$tmpdir/we.out" "windows A" 1 "worked example"
-# The same counters under the filter's names (the one table of
-# include/racache/stats.h), on the "# counters:" line.
-counter ()
-{
-  sed -n 's/^# counters: //p' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"
-}
-for kv in client_reads=22 client_bytes=360448 page_hits=87 page_misses=1 \
-          windows.A=1; do
-  got=$(counter "$tmpdir/we.out" "${kv%%=*}")
-  [ "$got" = "${kv#*=}" ] ||
-    fail "worked example: counter ${kv%%=*} is '$got', expected '${kv#*=}'"
-done
-expect_summary "$tmpdir/we.out" "windows B" 4 "worked example"
-expect_summary "$tmpdir/we.out" "windows G" 0 "worked example"
-expect_summary "$tmpdir/we.out" "pages read ahead" 116 "worked example"
+expect_summary "$tmpdir/we.out" client_reads 22 "worked example"
+expect_summary "$tmpdir/we.out" client_bytes 360448 "worked example"
+expect_summary "$tmpdir/we.out" page_hits 87 "worked example"
+expect_summary "$tmpdir/we.out" page_misses 1 "worked example"
+expect_summary "$tmpdir/we.out" windows.A 1 "worked example"
+expect_summary "$tmpdir/we.out" windows.B 4 "worked example"
+expect_summary "$tmpdir/we.out" windows.G 0 "worked example"
+expect_summary "$tmpdir/we.out" async_pages 116 "worked example"
 expect_summary "$tmpdir/we.out" "read ahead never used" 32 "worked example"
 expect_summary "$tmpdir/we.out" "read ahead unused at end" 32 "worked example"
-expect_summary "$tmpdir/we.out" "backend requests" 6 "worked example"
-expect_summary "$tmpdir/we.out" "backend bytes" 491520 "worked example"
-expect_summary "$tmpdir/we.out" "amplification" 1.364 "worked example"
+expect_summary "$tmpdir/we.out" backend_reads 6 "worked example"
+expect_summary "$tmpdir/we.out" backend_bytes 491520 "worked example"
+expect_summary "$tmpdir/we.out" backend_bytes_per_client_byte 1.3636 "worked example"
 info "worked example: A 0/8/4 m4, B 8/16/16 m8, B 24/32/32 m24, B 56/32/32 m56, B 88/32/32 m88"
 
 # The same in hex with comments and blank lines, from standard input;
@@ -142,7 +130,7 @@ for i in $(seq 0 63); do
 done > "$tmpdir/two.trace"
 "$RA_TRACE" --mode=kernel --ra-max=128K --export-size=1G "$tmpdir/two.trace" > "$tmpdir/two.out"
 expect_summary "$tmpdir/two.out" "streams" 2 "two streams"
-expect_summary "$tmpdir/two.out" "windows C" 0 "two streams"
+expect_summary "$tmpdir/two.out" windows.C 0 "two streams"
 [ "$(rows "$tmpdir/two.out" | awk '$2 == 2' | head -n 2 | awk '{ print $4 }' | tr -d '\n')" = GE ] ||
   fail "two streams: stream 2 does not start with G then E"
 
@@ -267,9 +255,9 @@ grep -q '^# timing: mode=kernel latency-ns=20000000 bandwidth=1073741824 paralle
 2 0 async B 32 32 32 32 32 1 20.061
 3 0 async B 64 32 32 64 32 1 40.122" ] ||
   fail "kernel 20 ms: first windows: $(rows "$tmpdir/k20.out" | head -n 3)"
-expect_summary "$tmpdir/k20.out" "page misses" 1 "kernel 20 ms"
-expect_summary "$tmpdir/k20.out" "backend bytes" 268435456 "kernel 20 ms"
-expect_summary "$tmpdir/k20.out" "congestion skips" 0 "kernel 20 ms"
+expect_summary "$tmpdir/k20.out" page_misses 1 "kernel 20 ms"
+expect_summary "$tmpdir/k20.out" backend_bytes 268435456 "kernel 20 ms"
+expect_summary "$tmpdir/k20.out" async_skipped 0 "kernel 20 ms"
 expect_summary "$tmpdir/k20.out" "largest window" 32 "kernel 20 ms"
 # At least one 128K window per 20 ms (+ 1 ms for the transfers), at most
 # two (the next window is triggered when the client reaches the marker,
@@ -292,14 +280,14 @@ grep -q '^# adaptive, in pages: adapt-min=32 self-max=512$' "$tmpdir/a20.out" ||
 at=$(summary "$tmpdir/a20.out" "client throughput")
 check_range "adaptive 20 ms: throughput (bytes/s)" "$at" "$(awk -v k="$kt" 'BEGIN { print 4 * k }')" 1073741824
 cap=$(summary "$tmpdir/a20.out" "stream 0 cap")
-lates=$(summary "$tmpdir/a20.out" "late events")
+lates=$(summary "$tmpdir/a20.out" adapt_late)
 [ "$cap" -gt 32 ] || [ "$lates" -gt 0 ] ||
   fail "adaptive 20 ms: cap $cap pages and $lates late events"
 check_range "adaptive 20 ms: cap (pages)" "$cap" 33 512
 check_range "adaptive 20 ms: largest window" "$(summary "$tmpdir/a20.out" "largest window")" 33 512
 awk '!/^#/ && NF == 12 && $12 > 512 { exit 1 }' "$tmpdir/a20.out" ||
   fail "adaptive 20 ms: a cap above the congestion bound (512 pages)"
-expect_summary "$tmpdir/a20.out" "backend bytes" 268435456 "adaptive 20 ms"
+expect_summary "$tmpdir/a20.out" backend_bytes 268435456 "adaptive 20 ms"
 # Every wait for a page read ahead is late feedback.
 [ "$lates" = "$(summary "$tmpdir/a20.out" "page waits on read ahead")" ] ||
   fail "adaptive 20 ms: $lates late events, $(summary "$tmpdir/a20.out" "page waits on read ahead") waits on read ahead"
@@ -312,10 +300,10 @@ info "adaptive, ra-max 8M, 20 ms: $at bytes/s, cap $cap pages, $lates late event
 # (9 requests in flight of --parallel 12) skips async parts; with 256
 # slots (threshold 192) it never does.
 "$RA_TRACE" -q --mode=kernel --ra-max=8M $io256 $timed "$tmpdir/seq.trace" > "$tmpdir/k8.out"
-[ "$(summary "$tmpdir/k8.out" "congestion skips")" -gt 0 ] ||
+[ "$(summary "$tmpdir/k8.out" async_skipped)" -gt 0 ] ||
   fail "kernel 8M over 256K requests: no congestion skips"
 "$RA_TRACE" -q --mode=kernel --ra-max=8M --parallel=256 $io256 $timed "$tmpdir/seq.trace" > "$tmpdir/k8p.out"
-expect_summary "$tmpdir/k8p.out" "congestion skips" 0 "kernel 8M, --parallel 256"
+expect_summary "$tmpdir/k8p.out" async_skipped 0 "kernel 8M, --parallel 256"
 grep -q ' congestion-threshold=192$' "$tmpdir/k8p.out" || fail "--parallel 256: threshold is not 192"
 
 # A small cache and two sequential streams (own stream states, reads
@@ -334,10 +322,10 @@ for cache in 4M 2M; do
   share=$((${cache%M} * 256 / 4))
   awk -v m=$share '!/^#/ && NF == 12 && $12 > m { exit 1 }' "$tmpdir/share$cache.out" ||
     fail "cache $cache: a cap above the share ($share pages)"
-  [ "$(summary "$tmpdir/share$cache.out" "early triggers")" -le \
-    "$(summary "$tmpdir/share$cache.out" "late events")" ] ||
+  [ "$(summary "$tmpdir/share$cache.out" adapt_early_triggers)" -le \
+    "$(summary "$tmpdir/share$cache.out" adapt_late)" ] ||
     fail "cache $cache: more early triggers than late events"
-  evicted=$(summary "$tmpdir/share$cache.out" "read ahead evicted unused")
+  evicted=$(summary "$tmpdir/share$cache.out" ahead_wasted_pages)
   waste=$(sed -n 's/^stream [0-9]* cap: .* waste \([0-9]*\))$/\1/p' "$tmpdir/share$cache.out" |
     awk '{ n += $1 } END { print n + 0 }')
   if [ "$evicted" -gt 0 ] && ! [ "$waste" -gt 0 ]; then
@@ -353,7 +341,7 @@ grep -q ' parallel=1 client-gap-ns=0 congestion-threshold=1$' "$tmpdir/p1.out" |
   fail "--parallel 1: threshold is not 1"
 expect_summary "$tmpdir/p1.out" "read ahead unused at end" 0 "--parallel 1"
 check_range "--parallel 1: simulated time (s)" "$(summary "$tmpdir/p1.out" "simulated time")" \
-  "$(awk -v n="$(summary "$tmpdir/p1.out" "backend requests")" 'BEGIN { print n * 0.020 }')" 1000
+  "$(awk -v n="$(summary "$tmpdir/p1.out" backend_reads)" 'BEGIN { print n * 0.020 }')" 1000
 
 # A client that spends 1 ms per 64K read over a 1 ms backend: adaptive
 # windows stay below the bound and the client hardly waits: 64K per ms.
@@ -400,7 +388,7 @@ for opt in $(grep -Eo -- 'B<--[a-z][a-z-]+' "$POD" | sed 's/^B<//' | sort -u); d
 done
 while IFS= read -r key; do
   grep -qF "$key" "$POD" || fail "summary key '$key' is not documented in $POD"
-done < <(sed -n '/^# summary/,$ s/^\([a-z][a-zA-Z ]*\):.*/\1/p' "$tmpdir/we.out" "$tmpdir/a20.out")
+done < <(sed -n '/^# summary/,/^# counters/ s/^\([a-z][a-zA-Z ]*\):.*/\1/p' "$tmpdir/we.out" "$tmpdir/a20.out")
 info "--help, --version and the man page agree"
 
 # ---- a real log from nbdkit's log filter ----------------------------------
@@ -453,9 +441,9 @@ expect_rows "$tmpdir/log.out" "\
 15 $c1 async B 88 32 32 88 32 1
 23 $c2 sync G 128 4 0 - 4 1
 24 $c2 sync E 132 8 4 136 8 2" "log filter"
-expect_summary "$tmpdir/log.out" "reads" 25 "log filter"
+expect_summary "$tmpdir/log.out" client_reads 25 "log filter"
 expect_summary "$tmpdir/log.out" "streams" 2 "log filter"
-expect_summary "$tmpdir/log.out" "client bytes" $((24 * 16384 + 100)) "log filter"
+expect_summary "$tmpdir/log.out" client_bytes $((24 * 16384 + 100)) "log filter"
 
 # The same reads written as a plain trace give the same windows.
 sed -n 's/.* connection=\([0-9]*\) Read id=[0-9]* offset=\(0x[0-9a-f]*\) count=\(0x[0-9a-f]*\) .*/\2 \3 \1/p' \
