@@ -854,6 +854,20 @@ rc_pc_take_marker (struct rc_pagecache *pc, ra_pgoff index)
   return r;
 }
 
+unsigned
+rc_pc_page_owner (struct rc_pagecache *pc, ra_pgoff index)
+{
+  struct shard *s = shard_of (pc, index);
+  struct page *p;
+  unsigned owner;
+
+  ACQUIRE_LOCK (&s->lock);
+  p = lookup (s, index);
+  owner = p ? p->owner : 0;
+  RELEASE_LOCK (&s->lock);
+  return owner;
+}
+
 uint64_t
 rc_pc_markers (struct rc_pagecache *pc)
 {

@@ -586,14 +586,21 @@ sequential (struct ra_state *ra, ra_pgoff index, bool marker, ra_pgoff req,
 
 /* The async trigger of page_cache_async_ra: A, B, or C (a marker the
  * state does not explain: interleaved streams; the cache tells how far
- * this stream's previous window reached).
+ * this stream's previous window reached).  foreign (adaptive mode): the
+ * marker was set by another stream's window, so the cached pages up to
+ * the hole are that stream's read-ahead, not this stream's history: the
+ * window is sized from this stream's own state, as branch B would size
+ * it (the initial size for a state with no window yet).  Sized from the
+ * hole's distance, a stream reaching its neighbour's read-ahead (fio's
+ * jobs on adjacent ranges, a copy's connections at their ranges' ends)
+ * read up to twice that far again, past where anybody read.
  */
 static enum ra_branch
 async_ra (struct ra_state *ra, const struct ra_params *p,
           const struct ra_cache_ops *cache, void *opaque,
-          ra_pgoff index, ra_pgoff req, ra_pgoff max)
+          ra_pgoff index, ra_pgoff req, ra_pgoff max, bool foreign)
 {
-  ra_pgoff s;
+  ra_pgoff s, own = ra->size;
 
   if (index == 0)
     return initial (ra, index, req, max, RA_A_INITIAL);
@@ -606,7 +613,10 @@ async_ra (struct ra_state *ra, const struct ra_params *p,
   if (s >= index + 1 + max)
     return RA_NONE;
   ra->start = s;
-  ra->size = ra_next_size ((s - index) + req, max);
+  if (foreign)
+    ra->size = own > 0 ? ra_next_size (own, max) : ra_init_size (req, max);
+  else
+    ra->size = ra_next_size ((s - index) + req, max);
   /* Correction 1: only requested pages past the hole are sync. */
   set_sync_part (ra, wanted_from (index, req, s));
   return RA_C_INTERLEAVED;
@@ -724,7 +734,8 @@ ra_ondemand_at (const struct ra_control *ctl, struct ra_window *w)
     max = req < p->io_max ? req : p->io_max;
 
   if (marker)
-    branch = async_ra (ra, p, ctl->cache, ctl->opaque, index, req, max);
+    branch = async_ra (ra, p, ctl->cache, ctl->opaque, index, req, max,
+                       adaptive && ctl->in && ctl->in->foreign_marker);
   else
     branch = sync_ra (ra, p, ctl->cache, ctl->opaque, index, req, max,
                       adaptive ? near : NULL,

@@ -281,6 +281,11 @@ inputs (struct rc_trigger_env *env, const struct rc_trigger *t,
     in->lat_ns = -1;
   if (env->cache_ops->inputs)
     env->cache_ops->inputs (env->cache, t->owner, in);
+  if (t->marker && env->cache_ops->owner) {
+    unsigned o = env->cache_ops->owner (env->cache, t->index);
+
+    in->foreign_marker = o != 0 && o != t->owner % RC_PC_OWNERS;
+  }
   in->yield_max = yielding (env, t->owner, in->now_ns)
     ? yield_part (env->params->self_max) : 0;
 }
@@ -504,6 +509,12 @@ pc_inputs (void *cache, unsigned owner, struct ra_inputs *in)
   in->near_hits = rc_pc_take_near_hits (cache);
 }
 
+static unsigned
+pc_owner (void *cache, ra_pgoff index)
+{
+  return rc_pc_page_owner (cache, index);
+}
+
 static void
 pc_near_step (void *cache)
 {
@@ -516,5 +527,6 @@ const struct rc_trigger_cache_ops rc_pc_trigger_ops = {
   .abandon = pc_abandon,
   .take_marker = pc_take_marker,
   .inputs = pc_inputs,
+  .owner = pc_owner,
   .near_step = pc_near_step,
 };

@@ -103,6 +103,11 @@ rc_pc_owner_of (uint64_t n)
 bool rc_pc_insert (struct rc_pagecache *pc, ra_pgoff index, bool marker,
                    enum rc_insert_kind kind, unsigned owner);
 
+/* The owner of the window that inserted page index (as rc_pc_insert
+ * took it, modulo RC_PC_OWNERS), or 0: none, or the page is absent.
+ */
+unsigned rc_pc_page_owner (struct rc_pagecache *pc, ra_pgoff index);
+
 /* Read-ahead pages of owner evicted unused since the last call. */
 uint32_t rc_pc_take_wasted (struct rc_pagecache *pc, unsigned owner);
 

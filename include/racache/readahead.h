@@ -165,6 +165,9 @@ struct ra_inputs {
   ra_pgoff yield_max;   /* while other clients wait for reads at random
                          * beside this stream, its largest window
                          * (pages); 0 = no such bound */
+  bool foreign_marker;  /* an async trigger whose marker another stream's
+                         * window set (branch C then sizes the window
+                         * from this stream's own state) */
 };
 
 /* Adaptive mode's self_max (struct ra_params) for a congestion threshold

@@ -62,6 +62,10 @@ struct rc_trigger_cache_ops {
    * since the last decision of any stream.
    */
   void (*inputs) (void *cache, unsigned owner, struct ra_inputs *in);
+  /* Optional (adaptive mode): the owner of the window that inserted
+   * page index (rc_pc_page_owner), 0 for none.
+   */
+  unsigned (*owner) (void *cache, ra_pgoff index);
   /* Optional (adaptive mode): a miss no stream explained was decided
    * (branch G or N): the clock of the near hits' horizon.
    */

@@ -1,7 +1,8 @@
 /* Unit tests of adaptive mode (src/readahead.c, "Adaptive mode"): the
  * backend model, the cap decided from a reader's pace and the backend's
  * timings, the limits (ra_max, self_max, share), the late and waste
- * feedback, and kernel mode ignoring all of it.
+ * feedback, branch C at another stream's marker, and kernel mode
+ * ignoring all of it.
  *
  * Everything is deterministic: the tests hand the engine a clock and
  * backend timings (struct ra_inputs).  Unless a test says otherwise:
@@ -405,6 +406,48 @@ START_TEST (test_late_pulls_marker_and_boosts)
 }
 END_TEST
 
+/* ---- a marker another stream's window set ---------------------------- */
+
+/* Pages [100, 612) cached, as another stream's read-ahead, the marker on
+ * page 100; a stream with state size own reads 4 pages at page 100
+ * (foreign: whether the marker is another stream's).  Returns the
+ * window's size.
+ */
+static ra_pgoff
+foreign_window (unsigned mode, bool foreign, ra_pgoff own)
+{
+  struct sim *s = sim_new (mode);
+  ra_pgoff i, size;
+
+  for (i = 100; i < 612; i++)
+    s->cached[i] = 1;
+  s->ra.start = 5000;           /* its own window is elsewhere */
+  s->ra.size = own;
+  s->in.foreign_marker = foreign;
+  sim_trigger (s, 100, true, 4);
+  ck_assert_uint_eq (s->windows, 1);
+  ck_assert_uint_eq (s->ra.start, 612);         /* at the hole: branch C */
+  size = s->last_window;
+  free (s);
+  return size;
+}
+
+START_TEST (test_foreign_marker_sized_from_own_state)
+{
+  /* Its own marker (or kernel mode): the hole's distance is the stream's
+   * history, next_size (512 + 4) = 1032 pages.
+   */
+  ck_assert_uint_eq (foreign_window (RA_MODE_ADAPTIVE, false, 0), 1032);
+  ck_assert_uint_eq (foreign_window (RA_MODE_KERNEL, true, 0), 1032);
+  /* Another stream's marker: sized from this stream's own state as
+   * branch B would, next_size (64) = 256; with no window yet, the
+   * initial size of a 4-page request, 16.
+   */
+  ck_assert_uint_eq (foreign_window (RA_MODE_ADAPTIVE, true, 64), 256);
+  ck_assert_uint_eq (foreign_window (RA_MODE_ADAPTIVE, true, 0), 16);
+}
+END_TEST
+
 /* ---- kernel mode is doc/readahead-rules.md exactly -------------------- */
 
 START_TEST (test_kernel_mode_ignores_inputs)
@@ -462,6 +505,7 @@ adaptive_suite (void)
   tc = tcase_create ("feedback");
   tcase_add_test (tc, test_waste_shrinks_then_recovers);
   tcase_add_test (tc, test_late_pulls_marker_and_boosts);
+  tcase_add_test (tc, test_foreign_marker_sized_from_own_state);
   suite_add_tcase (s, tc);
 
   tc = tcase_create ("kernel");
