@@ -196,6 +196,13 @@ rc_stream_new (void)
 }
 
 void
+rc_stream_closed (struct rc_cache *c, struct rc_stream *s)
+{
+  if (c && s)
+    rc_jobq_drop_owner (c, s->owner);
+}
+
+void
 rc_stream_free (struct rc_stream *s)
 {
   if (!s)
@@ -323,7 +330,7 @@ queue_async (struct rc_cache *c, const struct rc_trigger *t)
 
   for (i = 0; i < t->n; i++)
     if (t->b[i].async)
-      rc_queue_job (c, t->b[i].start, t->b[i].count, true, NULL);
+      rc_queue_job (c, t->b[i].start, t->b[i].count, true, NULL, t->owner);
 }
 
 static int
@@ -360,7 +367,7 @@ env_issue (void *opaque, struct rc_trigger *t, int *err)
     if (!t->b[i].async) {
       if (nsync++ == 0)
         rc_wait_init (&wait, t->need_start, t->need_end);
-      rc_queue_job (c, t->b[i].start, t->b[i].count, false, &wait);
+      rc_queue_job (c, t->b[i].start, t->b[i].count, false, &wait, 0);
     }
   STAT_ADD (&c->stats, sync_pages, count);
   if (batch_in_client_buf (c, rd, start, count)) {

@@ -186,7 +186,7 @@ promote_pending (struct rc_cache *c, ra_pgoff start, ra_pgoff count)
 
 void
 rc_queue_job (struct rc_cache *c, ra_pgoff start, ra_pgoff count,
-              bool async, struct rc_wait *wait)
+              bool async, struct rc_wait *wait, unsigned owner)
 {
   struct rc_job *j = malloc (sizeof *j);
   int refused = 0;
@@ -204,6 +204,7 @@ rc_queue_job (struct rc_cache *c, ra_pgoff start, ra_pgoff count,
   j->count = count;
   j->async = async;
   j->wait = wait;
+  j->owner = owner;
   j->delayed = false;
   j->held = false;
   if (wait)
@@ -279,19 +280,25 @@ rc_jobq_take (struct rc_cache *c)
   return j;
 }
 
-void
-rc_jobq_drop_orphans (struct rc_cache *c)
+/* Drop the queued jobs no client waits for (all of them; or when owner
+ * != 0, the async jobs of owner: a promoted one, among the sync jobs,
+ * has a client waiting); their pages go back to absent.  Returns the
+ * pages dropped.
+ */
+static ra_pgoff
+drop_unwaited (struct rc_cache *c, unsigned owner, int err)
 {
   struct rc_job **pj, *j, *dropped = NULL;
+  ra_pgoff pages = 0;
   int k;
 
   ACQUIRE_LOCK (&c->q.lock);
-  for (k = 0; k < 2; k++) {
+  for (k = owner ? 1 : 0; k < 2; k++) {
     struct rc_jobs *l = k == 0 ? &c->q.sync : &c->q.async;
 
     pj = &l->head;
     while (*pj) {
-      if ((*pj)->wait) {
+      if ((*pj)->wait || (owner && (*pj)->owner != owner)) {
         pj = &(*pj)->next;
         continue;
       }
@@ -306,8 +313,24 @@ rc_jobq_drop_orphans (struct rc_cache *c)
   RELEASE_LOCK (&c->q.lock);
   while ((j = dropped) != NULL) {
     dropped = j->next;
-    give_up (c, j, ENOTCONN);
+    pages += j->count;
+    give_up (c, j, err);
   }
+  return pages;
+}
+
+void
+rc_jobq_drop_orphans (struct rc_cache *c)
+{
+  drop_unwaited (c, 0, ENOTCONN);
+}
+
+void
+rc_jobq_drop_owner (struct rc_cache *c, unsigned owner)
+{
+  if (owner)
+    STAT_ADD (&c->stats, async_cancelled_pages,
+              drop_unwaited (c, owner, ECANCELED));
 }
 
 void

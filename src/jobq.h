@@ -47,6 +47,8 @@ struct rc_job {
   bool delayed;                 /* held back by the threshold (counted once) */
   bool held;                    /* held back by the estimate (counted once) */
   struct rc_wait *wait;         /* NULL for async parts */
+  unsigned owner;               /* the stream of an async part's window
+                                 * (0: none, as the learned replay's) */
 };
 
 /* A list of jobs in queue order. */
@@ -80,12 +82,13 @@ void rc_wait_destroy (struct rc_wait *w);
 int rc_wait_for (struct rc_cache *c, void *ctx, struct rc_wait *w);
 
 /* Queue a read of the in-flight pages [start, start + count): sync
- * (wait: the group a client waits on) or async (wait NULL).  A job that
- * cannot be queued (no memory, shutting down, an async job while no
- * background connection is open) gives its pages back at once.
+ * (wait: the group a client waits on) or async (wait NULL; owner: the
+ * stream whose window it is, or 0).  A job that cannot be queued (no
+ * memory, shutting down, an async job while no background connection
+ * is open) gives its pages back at once.
  */
 void rc_queue_job (struct rc_cache *c, ra_pgoff start, ra_pgoff count,
-                   bool async, struct rc_wait *wait);
+                   bool async, struct rc_wait *wait, unsigned owner);
 /* The next job a worker may start, or NULL: a sync job if any, else an
  * async job if the congestion decision lets it start now.  Called with
  * c->q.lock held.
@@ -97,6 +100,11 @@ void rc_job_finish (struct rc_cache *c, struct rc_job *j, int r, int err);
  * reads itself (their pages go back to absent).
  */
 void rc_jobq_drop_orphans (struct rc_cache *c);
+/* The connection of stream owner closed: drop its async jobs still
+ * queued (their pages go back to absent), counted in
+ * async_cancelled_pages.
+ */
+void rc_jobq_drop_owner (struct rc_cache *c, unsigned owner);
 /* Shutting down: no new jobs; the queued ones are given up (ESHUTDOWN
  * to their clients).
  */

@@ -84,7 +84,7 @@ replay_run (struct rc_cache *c, ra_pgoff start, ra_pgoff count, ra_pgoff io)
 
   for (i = start; i < start + count; i++) {
     if (n == io) {
-      rc_queue_job (c, from, n, true, NULL);
+      rc_queue_job (c, from, n, true, NULL, 0);
       inserted += n;
       n = 0;
     }
@@ -93,13 +93,13 @@ replay_run (struct rc_cache *c, ra_pgoff start, ra_pgoff count, ra_pgoff io)
         from = i;
     }
     else if (n > 0) {           /* cached already, or no room */
-      rc_queue_job (c, from, n, true, NULL);
+      rc_queue_job (c, from, n, true, NULL, 0);
       inserted += n;
       n = 0;
     }
   }
   if (n > 0) {
-    rc_queue_job (c, from, n, true, NULL);
+    rc_queue_job (c, from, n, true, NULL, 0);
     inserted += n;
   }
   return inserted;

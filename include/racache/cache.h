@@ -115,6 +115,13 @@ void rc_cache_set_backend_limits (struct rc_cache *c, uint32_t minimum,
                                   uint32_t preferred, uint32_t maximum);
 
 struct rc_stream *rc_stream_new (void);
+/* The stream's connection closed: the async reads of its windows that
+ * are still queued (held back by the congestion rule) are dropped, as no
+ * client asked for them and the backend's time is better spent on the
+ * clients that remain (async_cancelled_pages).  Reads already running
+ * finish and stay cached for the other streams.
+ */
+void rc_stream_closed (struct rc_cache *c, struct rc_stream *s);
 void rc_stream_free (struct rc_stream *s);
 
 /* A client read through the cache (doc/readahead-rules.md, "The read

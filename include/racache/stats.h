@@ -213,7 +213,9 @@
   X (COUNTER, replay_used_pages, RC_FIELD (replay_used_pages), -1, 1,   \
      "Replayed pages a client then read.")                              \
   X (COUNTER, replay_wasted_pages, RC_FIELD (replay_wasted_pages), -1, 1, \
-     "Replayed pages evicted unused.")
+     "Replayed pages evicted unused.")                                  \
+  X (COUNTER, async_cancelled_pages, RC_FIELD (async_cancelled_pages), -1, \
+     0, "Pages of queued async reads dropped: their connection closed.")
 
 /* The counters: the members the table's RC_FIELD, RC_PAGES and
  * RC_BRANCHES sources name.

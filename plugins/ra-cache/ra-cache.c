@@ -737,6 +737,7 @@ ra_cache_close (void *handle)
 
   if (h->connected)
     rc_cache_disconnect (cache);
+  rc_stream_closed (cache, h->stream);
   rc_stream_free (h->stream);
   pthread_mutex_destroy (&h->lock);
   pthread_cond_destroy (&h->idle);

@@ -1110,6 +1110,46 @@ START_TEST (test_congestion_wait)
 }
 END_TEST
 
+/* The connection of a stream closed (rc_stream_closed): the async reads
+ * of its windows still queued are dropped, not read.  Here the first
+ * window's async part (pages 4-7) is held back by ra-congestion=wait's
+ * threshold of 1 while another stream's read is held at the backend.
+ */
+START_TEST (test_closed_stream_drops_queued_async)
+{
+  const uint64_t P = 4096;
+  struct rc_cache *c;
+  struct rc_stream *other, *s;
+  struct bg_read b;
+
+  struct fake *f = bed_fake (4 * MiB);
+  c = mk_cache (f, OPTS (.thresh = 1, .mode = RA_MODE_KERNEL,
+                          .policy = RC_CONGESTION_WAIT));
+  other = rc_stream_new ();
+  s = rc_stream_new ();
+  fake_set_gate (f, true, 512 * P, 1024 * P);
+  bg_read_start (&b, c, other, f, 700 * P, P);
+  ck_assert (fake_wait_blocked (f, 1));
+  RD_OK (c, s, f, 0, 16 * KiB);
+  ck_assert_uint_eq (ST (c, windows[RA_A_INITIAL]), 1);
+  rc_stream_closed (c, s);
+  ck_assert_uint_eq (ST (c, async_cancelled_pages), 4);
+  fake_set_gate (f, false, 0, 0);
+  bg_read_join (&b);
+  ck_assert_int_eq (b.r, 0);
+  free (b.buf);
+  ASSERT_IDLE (c);
+  ck_assert_msg (!logged_in (f, 4 * P, 8 * P),
+                 "the closed stream's queued async part was read");
+  /* Its pages went back to absent: a new reader misses there. */
+  RD_OK (c, other, f, 4 * P, P);
+  ck_assert (logged_soon (f, 4 * P, 5 * P));
+  ASSERT_IDLE (c);
+  rc_stream_free (s);
+  rc_stream_free (other);
+}
+END_TEST
+
 /* ---- errors ----------------------------------------------------------- */
 
 START_TEST (test_sync_error)
@@ -2291,6 +2331,7 @@ cache_suite (void)
   tcase_add_test (tc, test_congestion_skip);
   tcase_add_test (tc, test_congestion_slow);
   tcase_add_test (tc, test_congestion_wait);
+  tcase_add_test (tc, test_closed_stream_drops_queued_async);
   tcase_add_test (tc, test_async_after_own_sync);
   tcase_add_test (tc, test_async_beside_others_sync);
   tcase_add_test (tc, test_yield_to_random);
