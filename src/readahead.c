@@ -842,20 +842,35 @@ ra_submit (const struct ra_window *w, ra_pgoff io_max,
 #undef FLUSH_RUN
 }
 
-void
-ra_drop_async (struct ra_state *ra, const struct ra_window *w,
-               ra_pgoff dropped)
+/* Does the stream state still describe window w? */
+static bool
+state_is (const struct ra_state *ra, const struct ra_window *w)
 {
   switch (w->branch) {
   case RA_A_INITIAL: case RA_B_SEQUENTIAL: case RA_C_INTERLEAVED:
   case RA_D_OVERSIZE: case RA_E_SEQ_MISS: case RA_F_CONTEXT:
   case RA_N_NEAR:
-    break;
+    return ra->start == w->start; /* else the state has moved on since */
   default:
-    return;                     /* the state does not describe it */
+    return false;               /* the state does not describe it */
   }
-  if (ra->start != w->start)
-    return;                     /* the state has moved on since */
+}
+
+void
+ra_keep_only (struct ra_state *ra, const struct ra_window *w, ra_pgoff keep)
+{
+  if (!state_is (ra, w) || keep >= ra->size)
+    return;
+  ra->size = keep;
+  ra->async_size = 0;
+}
+
+void
+ra_drop_async (struct ra_state *ra, const struct ra_window *w,
+               ra_pgoff dropped)
+{
+  if (!state_is (ra, w))
+    return;
   if (dropped > ra->async_size)
     dropped = ra->async_size;
   ra->size -= dropped;

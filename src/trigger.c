@@ -297,7 +297,11 @@ inputs (struct rc_trigger_env *env, const struct rc_trigger *t,
  * the client's own reads cover the backend (a request-only window), or
  * the window's async part may not be kept now (the reads running and
  * queued, the clients' above all, already keep the backend busy), so
- * that its sync part is all that would be read.  Pages for data a
+ * that its sync part is all that would be read.  For a client with
+ * several reads in flight (depth), that holds also when the sync part
+ * reaches past the request (branch B's pull-in after a dropped async
+ * part: 1 MiB where nbdcopy asked for 256K): the client's other reads
+ * ask for those pages themselves, and are read around in turn.  Pages for data a
  * stream reads once only cost then: memory touched for the first time,
  * a copy into them and their bookkeeping (a copy tool with many reads in
  * flight on each of its connections lost to no filter so; bench/RESULTS.md,
@@ -305,8 +309,9 @@ inputs (struct rc_trigger_env *env, const struct rc_trigger *t,
  * their pages are kept, as data read again) nor near windows (N), and
  * only where the user can (around_ok: a client buffer, nothing of the
  * request cached, in flight or given back lately).  A dropped async part
- * shrinks the stream state as a dropped batch would (ra_drop_async), so
- * the stream goes on with branch B at its next read.
+ * shrinks the stream state as a dropped batch would (ra_drop_async), a
+ * sync part cut to the request shrinks it to the request
+ * (ra_keep_only), so the stream goes on with branch B at its next read.
  */
 static bool
 read_around (struct rc_trigger_env *env, struct rc_trigger *t)
@@ -323,7 +328,8 @@ read_around (struct rc_trigger_env *env, struct rc_trigger *t)
     dropped = 0;
   }
   else {
-    if (w->async_size == 0 || w->size - w->async_size > req ||
+    if (w->async_size == 0 ||
+        (w->size - w->async_size > req && t->depth_reads < 2) ||
         w->branch == RA_G_RANDOM || w->branch == RA_N_NEAR ||
         may_keep_async (env))
       return false;
@@ -333,7 +339,10 @@ read_around (struct rc_trigger_env *env, struct rc_trigger *t)
     return false;
   STAT_ADD (env->st, windows[w->branch], 1);
   if (dropped > 0) {
-    ra_drop_async (t->ra, w, dropped);
+    if (w->size - w->async_size > req)
+      ra_keep_only (t->ra, w, req);
+    else
+      ra_drop_async (t->ra, w, dropped);
     STAT_ADD (env->st, async_skipped, 1);
     STAT_ADD (env->st, async_skipped_pages, dropped);
   }

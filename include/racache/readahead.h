@@ -355,4 +355,13 @@ void ra_submit (const struct ra_window *w, ra_pgoff io_max,
 void ra_drop_async (struct ra_state *ra, const struct ra_window *w,
                     ra_pgoff dropped);
 
+/* Only the first keep pages of window w were read, as a sync part (a
+ * deep client's request read around the cache, src/trigger.c): the
+ * state becomes that, with no async part, so the next access misses at
+ * start + keep, which branch B continues.  No-op where ra_drop_async
+ * is, and when keep is not smaller than the state's size.
+ */
+void ra_keep_only (struct ra_state *ra, const struct ra_window *w,
+                   ra_pgoff keep);
+
 #endif /* RACACHE_READAHEAD_H */

@@ -54,6 +54,12 @@ struct sim {
    */
   struct rc_cong cong;
   unsigned inflight;
+  /* Reading around the cache (src/trigger.c's read_around): allowed
+   * when around (off unless a test says), counted in arounds; depth: the
+   * stream's reads in flight lately, as the filter counts them.
+   */
+  bool around;
+  unsigned arounds, depth;
   /* The last submit. */
   struct rc_batch b[SIM_MAX_BATCHES];
   unsigned nb;
@@ -232,8 +238,30 @@ sim_issue (void *opaque, struct rc_trigger *t, int *err)
   return 0;
 }
 
+static bool
+sim_around_ok (void *opaque, const struct rc_trigger *t)
+{
+  (void) t;
+  return ((struct sim *) opaque)->around;
+}
+
+/* The request read around the cache: delivered, no page made. */
+static int
+sim_around (void *opaque, struct rc_trigger *t, int *err)
+{
+  struct sim *s = opaque;
+
+  (void) err;
+  s->arounds++;
+  t->rd->done_start = t->rd->first;
+  t->rd->done_end = t->rd->last;
+  t->rd->done_missed = true;
+  return 0;
+}
+
 static const struct rc_trigger_ops sim_trigger_ops = {
   .congestion = sim_congestion, .issue = sim_issue,
+  .around_ok = sim_around_ok, .around = sim_around,
 };
 
 /* One trigger: the core's (src/trigger.c: rc_read_decide, submit, and
@@ -250,7 +278,8 @@ sim_trigger (struct sim *s, ra_pgoff index, bool marker, ra_pgoff req,
 
   rc_trigger_env_init (&env, &sim_trigger_ops, s, &sim_cache_ops, s,
                        &s->p, &s->st);
-  rc_trigger_init (&t, &s->ra, 1, index, marker, index + req, s->rd, 0, 0);
+  rc_trigger_init (&t, &s->ra, 1, index, marker, index + req, s->rd,
+                   s->depth, 0);
   s->nb = 0;
   rc_trigger (&env, &t, NULL, &err);
   *w = t.w;
@@ -297,8 +326,10 @@ sim_read_trigger (void *opaque, struct rc_read *rd, ra_pgoff i, bool marker,
   if (s->nout < s->max_out)
     s->out[s->nout] = w;
   s->nout++;
-  /* Correction 3: a sync trigger always reads the page it needs. */
-  if (!marker)
+  /* Correction 3: a sync trigger always reads the page it needs (into
+   * the cache, unless it read the request around it).
+   */
+  if (!marker && !rd->done_missed)
     ck_assert (s->cached[i]);
   return 0;
 }
@@ -1140,6 +1171,54 @@ START_TEST (test_drop_continues_B)
 }
 END_TEST
 
+/* The same congested reads from a client with several reads in flight
+ * (depth 2), where the request can be read around the cache.  Read 0:
+ * A (0, 8, 4, 4), its sync part the request: read around, no page made,
+ * state (0, 4, 0).  Read 1: B (4, 24, 16, 12) pulls in a sync part of 8
+ * pages for a request of 4; the client's other reads ask for the rest
+ * themselves, so it too is read around and the state cut to the request,
+ * (4, 4, 0) (ra_keep_only); read 2 then continues through B at 8.  At
+ * depth 1 the sync part past the request is read into the cache, as in
+ * test_drop_continues_B.
+ */
+START_TEST (test_drop_deep_reads_around)
+{
+  struct sim *s = sim_std ();
+  struct ra_window w[4];
+
+  s->inflight = SIM_CONG_THRESHOLD;   /* congested */
+  s->around = true;
+  s->depth = 2;
+  ck_assert_int_eq (sim_read_pages (s, 0, 4, w, 4), 1);
+  ck_win (w[0], RA_A_INITIAL, 0, 8, 4, 4);
+  ck_assert_uint_eq (s->arounds, 1);
+  ck_state (s, 0, 4, 0);
+  ck_assert_int_eq (sim_read_pages (s, 4, 4, w, 4), 1);
+  ck_win (w[0], RA_B_SEQUENTIAL, 4, 24, 16, 12);
+  ck_assert_uint_eq (s->arounds, 2);
+  ck_state (s, 4, 4, 0);
+  for (ra_pgoff i = 0; i < 32; i++)
+    ck_assert_msg (!s->cached[i], "page %u made", (unsigned) i);
+  ck_assert_int_eq (sim_read_pages (s, 8, 4, w, 4), 1);
+  ck_assert_int_eq (w[0].branch, RA_B_SEQUENTIAL);
+  ck_assert_uint_eq (w[0].start, 8);
+  ck_assert_uint_eq (s->arounds, 3);
+  free (s);
+
+  s = sim_std ();
+  s->inflight = SIM_CONG_THRESHOLD;
+  s->around = true;
+  s->depth = 1;
+  ck_assert_int_eq (sim_read_pages (s, 0, 4, w, 4), 1);
+  ck_assert_int_eq (sim_read_pages (s, 4, 4, w, 4), 1);
+  ck_win (w[0], RA_B_SEQUENTIAL, 4, 24, 16, 12);
+  ck_assert_uint_eq (s->arounds, 1);          /* read 0 only */
+  ck_state (s, 4, 8, 0);
+  ck_assert (s->cached[4] && s->cached[11] && !s->cached[12]);
+  free (s);
+}
+END_TEST
+
 /* A wholly async window dropped to nothing.  Worked example, congested
  * from read 1 only: read 0 A (0, 8, 4, 4) read whole; read 1: marker 4
  * -> B (8, 16, 16, 8), all 16 pages dropped -> state (8, 0, 0).  Read 2
@@ -1677,6 +1756,7 @@ readahead_suite (void)
   tc = tcase_create ("congestion");
   tcase_add_test (tc, test_drop_async);
   tcase_add_test (tc, test_drop_continues_B);
+  tcase_add_test (tc, test_drop_deep_reads_around);
   tcase_add_test (tc, test_drop_all_async_restart_B);
   suite_add_tcase (s, tc);
 
