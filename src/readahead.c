@@ -587,13 +587,8 @@ sequential (struct ra_state *ra, ra_pgoff index, bool marker, ra_pgoff req,
 /* The async trigger of page_cache_async_ra: A, B, or C (a marker the
  * state does not explain: interleaved streams; the cache tells how far
  * this stream's previous window reached).  foreign (adaptive mode): the
- * marker was set by another stream's window, so the cached pages up to
- * the hole are that stream's read-ahead, not this stream's history: the
- * window is sized from this stream's own state, as branch B would size
- * it (the initial size for a state with no window yet).  Sized from the
- * hole's distance, a stream reaching its neighbour's read-ahead (fio's
- * jobs on adjacent ranges, a copy's connections at their ranges' ends)
- * read up to twice that far again, past where anybody read.
+ * marker was set by another stream's window, and the window is sized
+ * from this stream's own state (why: doc/readahead-rules.md, branch C).
  */
 static enum ra_branch
 async_ra (struct ra_state *ra, const struct ra_params *p,

@@ -301,13 +301,13 @@ inputs (struct rc_trigger_env *env, const struct rc_trigger *t,
  * several reads in flight (depth), that holds also when the sync part
  * reaches past the request (branch B's pull-in after a dropped async
  * part: 1 MiB where nbdcopy asked for 256K): the client's other reads
- * ask for those pages themselves, and are read around in turn.  Pages for data a
- * stream reads once only cost then: memory touched for the first time,
- * a copy into them and their bookkeeping (a copy tool with many reads in
- * flight on each of its connections lost to no filter so; bench/RESULTS.md,
- * "Copy tools at every distance").  Not for random reads (branch G:
- * their pages are kept, as data read again) nor near windows (N), and
- * only where the user can (around_ok: a client buffer, nothing of the
+ * ask for those pages themselves, and are read around in turn.  Pages
+ * for data a stream reads once only cost then: memory touched for the
+ * first time, a copy into them and their bookkeeping (a copy tool with
+ * many reads in flight on each of its connections lost to no filter so;
+ * bench/RESULTS.md, "Copy tools at every distance").  Not for random
+ * reads (branch G: their pages are kept, as data read again) nor near
+ * windows (N), and only where the user can (around_ok: a client buffer, nothing of the
  * request cached, in flight or given back lately).  A dropped async part
  * shrinks the stream state as a dropped batch would (ra_drop_async), a
  * sync part cut to the request shrinks it to the request
@@ -317,7 +317,8 @@ static bool
 read_around (struct rc_trigger_env *env, struct rc_trigger *t)
 {
   const struct ra_window *w = &t->w;
-  ra_pgoff req = t->last - t->index, dropped;
+  ra_pgoff req = t->last - t->index, sync = w->size - w->async_size;
+  ra_pgoff dropped;
 
   if (!t->rd || t->marker || !env->ops->around_ok ||
       t->index != t->rd->first || w->start != t->index || w->size < req)
@@ -329,7 +330,7 @@ read_around (struct rc_trigger_env *env, struct rc_trigger *t)
   }
   else {
     if (w->async_size == 0 ||
-        (w->size - w->async_size > req && t->depth_reads < 2) ||
+        (sync > req && t->depth_reads < 2) ||
         w->branch == RA_G_RANDOM || w->branch == RA_N_NEAR ||
         may_keep_async (env))
       return false;
@@ -339,7 +340,7 @@ read_around (struct rc_trigger_env *env, struct rc_trigger *t)
     return false;
   STAT_ADD (env->st, windows[w->branch], 1);
   if (dropped > 0) {
-    if (w->size - w->async_size > req)
+    if (sync > req)
       ra_keep_only (t->ra, w, req);
     else
       ra_drop_async (t->ra, w, dropped);

@@ -812,6 +812,29 @@ START_TEST (test_async_after_own_sync)
 }
 END_TEST
 
+/* Stream other's one-page read of page 700, held at the backend (the
+ * gate over pages 512-1023) until release_held_read.
+ */
+static void
+hold_read (struct bg_read *b, struct rc_cache *c, struct rc_stream *other,
+           struct fake *f)
+{
+  fake_set_gate (f, true, 512 * 4096, 1024 * 4096);
+  bg_read_start (b, c, other, f, 700 * 4096, 4096);
+  ck_assert (fake_wait_blocked (f, 1));
+}
+
+/* Open the gate; the held read succeeds with the export's data. */
+static void
+release_held_read (struct bg_read *b, struct fake *f)
+{
+  fake_set_gate (f, false, 0, 0);
+  bg_read_join (b);
+  ck_assert_int_eq (b->r, 0);
+  check_now (f, b->buf, b->off, b->len);
+  free (b->buf);
+}
+
 /* Another client's sync read does not hold speculation back: while a
  * random reader's read is held at the backend, a new stream's first
  * window has its async part read.
@@ -827,19 +850,13 @@ START_TEST (test_async_beside_others_sync)
   c = mk_cache (f, OPTS ());
   random = rc_stream_new ();
   s = rc_stream_new ();
-  fake_set_gate (f, true, 512 * P, 1024 * P);
-  bg_read_start (&b, c, random, f, 700 * P, P);
-  ck_assert (fake_wait_blocked (f, 1));
+  hold_read (&b, c, random, f);
   RD_OK (c, s, f, 0, 16 * KiB);
   ck_assert_uint_eq (ST (c, windows[RA_A_INITIAL]), 1);
   ck_assert_msg (logged_soon (f, 4 * P, 8 * P),
                  "the async part waited for another client's read");
   ck_assert_uint_eq (fake_read (f, &f->gate_blocked), 1);
-  fake_set_gate (f, false, 0, 0);
-  bg_read_join (&b);
-  ck_assert_int_eq (b.r, 0);
-  check_now (f, b.buf, b.off, b.len);
-  free (b.buf);
+  release_held_read (&b, f);
   ASSERT_IDLE (c);
   rc_stream_free (s);
   rc_stream_free (random);
@@ -1127,17 +1144,12 @@ START_TEST (test_closed_stream_drops_queued_async)
                           .policy = RC_CONGESTION_WAIT));
   other = rc_stream_new ();
   s = rc_stream_new ();
-  fake_set_gate (f, true, 512 * P, 1024 * P);
-  bg_read_start (&b, c, other, f, 700 * P, P);
-  ck_assert (fake_wait_blocked (f, 1));
+  hold_read (&b, c, other, f);
   RD_OK (c, s, f, 0, 16 * KiB);
   ck_assert_uint_eq (ST (c, windows[RA_A_INITIAL]), 1);
   rc_stream_closed (c, s);
   ck_assert_uint_eq (ST (c, async_cancelled_pages), 4);
-  fake_set_gate (f, false, 0, 0);
-  bg_read_join (&b);
-  ck_assert_int_eq (b.r, 0);
-  free (b.buf);
+  release_held_read (&b, f);
   ASSERT_IDLE (c);
   ck_assert_msg (!logged_in (f, 4 * P, 8 * P),
                  "the closed stream's queued async part was read");
