@@ -30,7 +30,6 @@
 #include "racache/config.h"
 #include "racache/readpath.h"
 #include "../src/trace.h"
-#include "../src/trace-sim.h"
 
 #define MAX_REPLAY_PAGES (UINT64_C (1) << 16)
 #define MAX_READ_OVER_CACHE 8
@@ -57,7 +56,6 @@ rt_fatal (const char *fmt, ...)
 static struct trace t;
 static struct sim s;
 static bool have_sim;
-static uint64_t *stream_ids;
 
 int LLVMFuzzerInitialize (int *argc, char ***argv);
 
@@ -99,12 +97,12 @@ replay (uint64_t h)
   uint64_t ra_max = ra_pages[(h >> 8) % 5] << shift;
   uint64_t io_max = io_pages[(h >> 16) % 3] << shift;
   uint64_t cache_size = cache_pages[(h >> 24) % 4] << shift;
-  uint64_t export_size, pages = 0, before;
+  uint64_t export_size = 0, pages = 0, before;
   const struct timing instant = { 0 };
   struct rc_config cfg;
   struct ra_params p;
   char err[256];
-  size_t nstreams, i;
+  size_t i;
 
   for (i = 0; i < t.nr; i++) {
     const struct trace_read *r = &t.reads[i];
@@ -126,8 +124,7 @@ replay (uint64_t h)
     ra_max = (cache_size / 2) & ~(page_size - 1);
 
   /* As main does without --export-size. */
-  export_size = trace_export_size (&t, page_size);
-  if (trace_number_streams (&t, &stream_ids, &nstreams) == -1)
+  if (trace_export_size (&t, page_size, &export_size) == -1)
     return;
 
   /* The tool's configuration, kernel mode: the instant replay. */
@@ -143,7 +140,7 @@ replay (uint64_t h)
   }
   rc_engine_params (&cfg, cfg.max_background, &p);
   p.export_size = export_size;
-  sim_init (&s, &cfg, &p, &instant, nstreams, true);
+  sim_init (&s, &cfg, &p, &instant, &t, true);
   have_sim = true;
   for (i = 0; i < t.nr; i++) {
     before = STAT_GET (&s.st, page_hits) + STAT_GET (&s.st, page_misses);
@@ -182,7 +179,6 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
   memset (&t, 0, sizeof t);
   t.name = "fuzz";
   have_sim = false;
-  stream_ids = NULL;
 
   if (setjmp (fuzz_jmp) == 0) {
     if (trace_read_file (&t, fp) == 0)
@@ -194,7 +190,6 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
   fclose (fp);
   if (have_sim)
     sim_free (&s);
-  free (stream_ids);
   trace_free (&t);
   return 0;
 }

@@ -1,19 +1,8 @@
-/* ra-trace: replay an access trace through the readahead engine.
- *
- * A tuning tool.  It reads a trace of client reads (a plain list of
- * "OFFSET LENGTH [STREAM]" lines, or the log written by nbdkit's log
- * filter), replays it through the filter's read path over its page cache
- * without data and a simulated backend, and prints every window the
- * engine decides and a summary, so that ra-max, ra-io-max, the cache
- * size and the page size can be tried offline on real traffic.
- *
- * In pieces, one concern each: src/trace.c parses the trace (and returns
- * errors), src/trace-sim.c is the replay (the virtual clock and backend,
- * the window rows and the summary), this file the options, the heading
- * and main.  The options that are the filter's parameters take its
- * defaults and its checks (src/config.c), and --config reads its
- * configuration file, overridden by them as the filter's is
- * (struct rc_given).
+/* ra-trace: replay a trace of client reads through the readahead engine
+ * (ra-trace(1)).  src/trace.c parses the trace, src/trace-sim.c replays
+ * it; here are the options, the heading and main.  The filter's
+ * parameters take its defaults and checks (src/config.c), and --config
+ * its file, which they override (struct rc_given).
  */
 
 #include <config.h>
@@ -28,7 +17,6 @@
 
 #include "racache/config.h"
 #include "trace.h"
-#include "trace-sim.h"
 #include "ra-trace-help.h"
 
 #define PROG "ra-trace"
@@ -55,9 +43,7 @@ rt_fatal (const char *fmt, ...)
 
 /* ---- options ------------------------------------------------------------ */
 
-/* --help: the OPTIONS section of the man page (src/ra-trace.pod), made
- * into RA_TRACE_OPTIONS_HELP at build time (build-aux/pod2help).
- */
+/* --help: the man page's OPTIONS (RA_TRACE_OPTIONS_HELP, pod2help). */
 static void
 usage (FILE *fp)
 {
@@ -71,32 +57,23 @@ usage (FILE *fp)
          fp);
 }
 
+/* --export-size, --bandwidth (sizes), --latency, --client-gap (times). */
 static uint64_t
-size_option (const char *opt, const char *arg)
+value_option (const char *opt, const char *arg, bool time)
 {
   uint64_t v;
 
-  if (rc_parse_size (arg, &v) == -1)
+  if (!time && rc_parse_size (arg, &v) == -1)
     die ("--%s: '%s' is not a size (digits and an optional suffix k, M, G, "
          "T)", opt, arg);
-  return v;
-}
-
-static uint64_t
-time_option (const char *opt, const char *arg)
-{
-  uint64_t v;
-
-  if (rc_parse_duration (arg, 0, MAX_TIME_NS, &v) == -1)
+  if (time && rc_parse_duration (arg, 0, MAX_TIME_NS, &v) == -1)
     die ("--%s: '%s' is not a time: a number and a unit ns, us, ms or s "
          "(such as 20ms or 1.5ms), or 0; at most 3600s", opt, arg);
   return v;
 }
 
-/* The options: getopt_long's table.  The filter's configuration keys
- * come first, as OPT_KEY + their index in keys[] (src/config.c checks
- * them, with the filter's defaults and ranges); the flags' values are
- * their short options.
+/* The options.  The filter's keys come first, as OPT_KEY + their index
+ * in keys[]; the flags' values are their short options.
  */
 enum { OPT_CONFIG = 256, OPT_EXPORT_SIZE, OPT_LATENCY, OPT_BANDWIDTH,
        OPT_CLIENT_GAP, OPT_KEY };
@@ -129,13 +106,13 @@ struct options {
   struct rc_config cfg;
   struct rc_given given;        /* the filter's keys and --config */
   uint64_t export_size;
-  bool have_export_size, quiet;
+  bool quiet;
   struct timing tm;
   const char *trace;            /* NULL: standard input */
 };
 
-/* A message of src/config.c about key: named by the option that set it
- * when the command line did ("--io-max: ..."), else by the key.
+/* A message of src/config.c about a key: named by the option when the
+ * command line set it ("--io-max: ..."), else by the key.
  */
 static void __attribute__ ((noreturn))
 config_error (const struct options *o, const char *msg)
@@ -175,15 +152,18 @@ parse_options (int argc, char *argv[], struct options *o)
     switch (c) {
     case OPT_CONFIG: o->given.file = optarg; break;
     case OPT_EXPORT_SIZE:
-      o->export_size = size_option ("export-size", optarg);
+      o->export_size = value_option ("export-size", optarg, false);
       if (o->export_size == 0)
         die ("--export-size: must not be 0");
-      o->have_export_size = true;
       break;
-    case OPT_LATENCY: o->tm.latency_ns = time_option ("latency", optarg); break;
-    case OPT_CLIENT_GAP: o->tm.gap_ns = time_option ("client-gap", optarg); break;
+    case OPT_LATENCY:
+      o->tm.latency_ns = value_option ("latency", optarg, true);
+      break;
+    case OPT_CLIENT_GAP:
+      o->tm.gap_ns = value_option ("client-gap", optarg, true);
+      break;
     case OPT_BANDWIDTH:
-      o->tm.bandwidth = size_option ("bandwidth", optarg);
+      o->tm.bandwidth = value_option ("bandwidth", optarg, false);
       if (o->tm.bandwidth == 0)
         die ("--bandwidth: must not be 0 (leave it out for an unlimited "
              "link)");
@@ -231,9 +211,7 @@ load_trace (struct options *o, struct trace *t)
     die ("%s", t->err);
   if (fp != stdin)
     fclose (fp);
-  if (!o->have_export_size)
-    o->export_size = trace_export_size (t, o->cfg.page_size);
-  else if (trace_check_export_size (t, o->export_size) == -1)
+  if (trace_export_size (t, o->cfg.page_size, &o->export_size) == -1)
     die ("%s", t->err);
 }
 
@@ -262,19 +240,6 @@ print_heading (const struct sim *s, const struct options *o)
             "\n", (uint64_t) s->p.adapt_min, (uint64_t) s->p.self_max);
 }
 
-/* The counters as the filter reports them (the one table of
- * include/racache/stats.h, under its JSON keys), one per line, last.
- * (Here, not in src/trace-sim.c: the fuzzer links that without
- * src/stats.c.)
- */
-static void
-print_counters (const struct sim *s)
-{
-  printf ("# counters\n");
-  rc_stats_print (stdout, &s->st, UINT32_C (1) << s->p.page_shift,
-                  RC_STATS_LIST, 0, "");
-}
-
 int
 main (int argc, char *argv[])
 {
@@ -282,17 +247,14 @@ main (int argc, char *argv[])
   struct trace t = { 0 };
   struct ra_params p;
   struct sim s;
-  uint64_t *stream_ids;
-  size_t nstreams, i;
+  size_t i;
 
   parse_options (argc, argv, &o);
   load_trace (&o, &t);
-  if (trace_number_streams (&t, &stream_ids, &nstreams) == -1)
-    die ("%s", t.err);
 
   rc_engine_params (&o.cfg, o.cfg.max_background, &p);
   p.export_size = o.export_size;
-  sim_init (&s, &o.cfg, &p, &o.tm, nstreams, o.quiet);
+  sim_init (&s, &o.cfg, &p, &o.tm, &t, o.quiet);
   print_heading (&s, &o);
   if (!o.quiet)
     print_table_header (&s);
@@ -300,11 +262,13 @@ main (int argc, char *argv[])
     replay_read (&s, &t.reads[i]);
   print_summary (&s);
   if (s.extended)
-    print_timing (&s, stream_ids);
-  print_counters (&s);
+    print_timing (&s);
+  /* The filter's counters (include/racache/stats.h) under their names. */
+  printf ("# counters\n");
+  rc_stats_print (stdout, &s.st, UINT32_C (1) << s.p.page_shift,
+                  RC_STATS_LIST, 0, "");
 
   sim_free (&s);
-  free (stream_ids);
   trace_free (&t);
   rc_config_free (&o.cfg);
   if (fflush (stdout) == EOF || ferror (stdout))

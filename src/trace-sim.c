@@ -1,14 +1,7 @@
-/* ra-trace: the replay (src/trace-sim.h).
- *
- * What runs is the filter's code: each client read goes through the
- * core's read path (rc_read_path, src/readpath.c), each trigger through
- * the core's trigger (rc_trigger, rc_trigger_late, src/trigger.c), over
- * the filter's page cache without page data (rc_pc_new_nodata).  What is
- * simulated is the backend and time: a discrete-event simulation over a
- * virtual clock (ns).  ra-trace(1) (src/ra-trace.pod), SIMULATION and
- * TIMING AND ADAPTIVE MODE, is the contract: the client's one timeline,
- * the backend's slots and one link, the congestion answers, what the
- * model samples.
+/* ra-trace: the replay (src/trace.h).  The core's read path and trigger
+ * run over the filter's page cache without page data; the backend and
+ * time are simulated over a virtual clock (ns), as ra-trace(1)'s
+ * SIMULATION and TIMING AND ADAPTIVE MODE say.
  */
 
 #include <config.h>
@@ -18,23 +11,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "trace-sim.h"
+#include "trace.h"
 
 static const struct rc_trigger_ops trigger_ops;
 
 static void *
-xrealloc (void *p, size_t n)
+xrealloc (void *p, size_t n, bool zero)
 {
-  p = realloc (p, n);
-  if (!p)
+  if (!(p = realloc (p, n)))
     rt_fatal ("out of memory");
-  return p;
+  return zero ? memset (p, 0, n) : p;
 }
 
 void
 sim_init (struct sim *s, const struct rc_config *cfg,
           const struct ra_params *p, const struct timing *tm,
-          size_t nstreams, bool quiet)
+          const struct trace *t, bool quiet)
 {
   size_t i;
 
@@ -54,15 +46,15 @@ sim_init (struct sim *s, const struct rc_config *cfg,
   rc_cong_init (&s->cong, cfg->congestion_threshold, false,
                 cfg->congestion == RC_CONGESTION_WAIT);
   ra_model_init (&s->model);
-  s->nstreams = nstreams;
-  s->streams = xrealloc (NULL, (nstreams ? nstreams : 1) * sizeof *s->streams);
-  memset (s->streams, 0, (nstreams ? nstreams : 1) * sizeof *s->streams);
-  for (i = 0; i < nstreams; i++) {
+  s->nstreams = t->nstreams;
+  s->stream_ids = t->stream_ids;
+  s->streams = xrealloc (NULL, (t->nstreams ? t->nstreams : 1) *
+                         sizeof *s->streams, true);
+  for (i = 0; i < t->nstreams; i++) {
     ra_state_init (&s->streams[i].ra);
     rc_behind_init (&s->streams[i].behind);
   }
-  s->slot_free = xrealloc (NULL, p->parallel * sizeof *s->slot_free);
-  memset (s->slot_free, 0, p->parallel * sizeof *s->slot_free);
+  s->slot_free = xrealloc (NULL, p->parallel * sizeof *s->slot_free, true);
 }
 
 void
@@ -87,18 +79,8 @@ clock_add (uint64_t a, uint64_t b)
   return a + b;
 }
 
-/* A backend read of pages [start, start + count) completed after ns:
- * the model learns its time, and its pages are up to date now.
- */
-static void
-complete_read (struct sim *s, ra_pgoff start, ra_pgoff count, uint64_t ns)
-{
-  ra_model_sample (&s->model, count, ns);
-  rc_pc_complete (s->pc, start, count, NULL, 0, 0);
-}
-
-/* Move the clock to t (never back), completing the reads done by then,
- * in order of completion.
+/* Move the clock to t (never back), completing the reads done by then:
+ * the model learns their times, their pages are up to date.
  */
 static void
 set_clock (struct sim *s, uint64_t t)
@@ -106,16 +88,15 @@ set_clock (struct sim *s, uint64_t t)
   while (s->head < s->n && s->inflight[s->head].done <= t) {
     struct backend_read r = s->inflight[s->head++];
 
-    complete_read (s, r.start, r.count, r.ns);
+    ra_model_sample (&s->model, r.count, r.ns);
+    rc_pc_complete (s->pc, r.start, r.count, NULL, 0, 0);
   }
   if (t > s->now)
     s->now = t;
 }
 
-/* Add r to the reads in flight, [head, n) ordered by completion; reads
- * that complete at the same time complete in the order they were
- * issued.  Most reads complete after those issued before them: r is
- * then added at the end.
+/* Add r to the reads in flight, [head, n) ordered by completion (reads
+ * that complete together in the order they were issued).
  */
 static void
 add_inflight (struct sim *s, const struct backend_read *r)
@@ -129,15 +110,15 @@ add_inflight (struct sim *s, const struct backend_read *r)
   }
   if (s->n == s->alloc) {
     s->alloc = s->alloc ? 2 * s->alloc : 64;
-    s->inflight = xrealloc (s->inflight, s->alloc * sizeof *r);
+    s->inflight = xrealloc (s->inflight, s->alloc * sizeof *r, false);
   }
   for (i = s->n++; i > s->head && s->inflight[i - 1].done > r->done; i--)
     s->inflight[i] = s->inflight[i - 1];
   s->inflight[i] = *r;
 }
 
-/* Issue a backend read of pages [start, start + count) now, or at
- * not_before if that is later; returns when it completes.
+/* Issue a backend read of pages [start, start + count) at now or
+ * not_before, whichever is later; returns its completion.
  */
 static uint64_t
 issue_batch (struct sim *s, ra_pgoff start, ra_pgoff count,
@@ -155,8 +136,9 @@ issue_batch (struct sim *s, ra_pgoff start, ra_pgoff count,
   bytes = to > from ? to - from : 0;
   STAT_ADD (&s->st, backend_reads, 1);
   STAT_ADD (&s->st, backend_bytes, bytes);
-  if (!s->timed) {
-    complete_read (s, start, count, 0);
+  if (!s->timed) {               /* an instant backend */
+    ra_model_sample (&s->model, count, 0);
+    rc_pc_complete (s->pc, start, count, NULL, 0, 0);
     return s->now;
   }
   /* The slot free first; the read starts there, at or after now. */
@@ -196,9 +178,7 @@ env_model (void *opaque, double *lat_ns, double *page_ns)
   return ra_model_estimate (&((struct sim *) opaque)->model, lat_ns, page_ns);
 }
 
-/* The filter's congestion decision (rc_cong_decide, src/congestion.c)
- * over the reads in flight (an instant backend has none).
- */
+/* The filter's congestion decision over the reads in flight. */
 static enum rc_cong_answer
 env_congestion (void *opaque, enum rc_cong_question q,
                 const struct rc_cong_load *asked)
@@ -285,9 +265,8 @@ record (struct sim *s, const struct rc_trigger *t, const char *kind)
     st->largest_cap = st->ra.ad.cap;
   if (s->quiet)
     return;
-  /* The marker column names the page that got the marker: none when the
-   * window's marker page was cached already (submit skips it) or its
-   * async part was dropped.
+  /* The page that got the marker: none when it was cached already
+   * (submit skips it) or the async part was dropped.
    */
   if (t->marker_page != RA_NO_MARKER &&
       rc_pc_query_ops.cached (s->pc, t->marker_page))
@@ -306,10 +285,7 @@ record (struct sim *s, const struct rc_trigger *t, const char *kind)
 
 /* ---- the read path's ops (include/racache/readpath.h) over the simulation */
 
-/* The client is about to wait for page index, in flight (rc_pc_access's
- * before_wait): the clock moves to its read's completion, which makes
- * it up to date.
- */
+/* rc_pc_access's before_wait: the clock moves to page index's read. */
 static void
 wait_for_page (void *arg, ra_pgoff index)
 {
@@ -339,9 +315,7 @@ sim_access (void *opaque, struct rc_read *rd, ra_pgoff i, uint64_t from,
   enum rc_access r = rc_pc_access (s->pc, &pgr);
 
   (void) rd; (void) from; (void) to;
-  /* A wait for a read-ahead page nobody used yet: the late case of
-   * adaptive mode.
-   */
+  /* A wait for a read-ahead page nobody used yet: adaptive mode's late. */
   *waited = pgr.waited;
   *waited_ahead = pgr.waited_ahead && s->p.mode == RA_MODE_ADAPTIVE;
   if (pgr.waited_ahead)
@@ -349,40 +323,35 @@ sim_access (void *opaque, struct rc_read *rd, ra_pgoff i, uint64_t from,
   return r;
 }
 
-/* A trigger at page i of the read: the core's, as the filter's. */
+/* A trigger at page i of read rd (rc_trigger), or with rd NULL, adaptive
+ * mode's late feedback (rc_trigger_late): the core's, as the filter's.
+ */
 static int
 sim_trigger (void *opaque, struct rc_read *rd, ra_pgoff i, bool marker,
              int *err)
 {
   struct sim *s = opaque;
   struct rc_trigger t;
-  int r;
+  int r = 0;
 
   rc_trigger_init (&t, &s->streams[s->cur->stream].ra,
-                   rc_pc_owner_of (s->cur->stream), i, marker, rd->last, rd,
-                   1, 0);
-  r = rc_trigger (&s->env, &t, NULL, err);
-  record (s, &t, marker ? "async" : "sync");
+                   rc_pc_owner_of (s->cur->stream), i, marker,
+                   rd ? rd->last : i + 1, rd, 1, 0);
+  if (rd) {
+    r = rc_trigger (&s->env, &t, NULL, err);
+    record (s, &t, marker ? "async" : "sync");
+  }
+  else if (rc_trigger_late (&s->env, &t, NULL))
+    record (s, &t, "early");
   rc_trigger_free (&t);
   return r;
 }
 
-/* Adaptive mode: the client waited for page i, which an async part had
- * in flight: the core's rc_trigger_late, as the filter's.
- */
 static void
 sim_late (void *opaque, struct rc_read *rd, ra_pgoff i)
 {
-  struct sim *s = opaque;
-  struct rc_trigger t;
-
   (void) rd;
-  rc_trigger_init (&t, &s->streams[s->cur->stream].ra,
-                   rc_pc_owner_of (s->cur->stream), i, false, i + 1, NULL,
-                   1, 0);
-  if (rc_trigger_late (&s->env, &t, NULL))
-    record (s, &t, "early");
-  rc_trigger_free (&t);
+  sim_trigger (opaque, NULL, i, false, NULL);
 }
 
 /* The cache could not hold the page (its shard full of pages in
@@ -434,7 +403,7 @@ replay_read (struct sim *s, const struct trace_read *r)
   rc_pc_drop_behind (s->pc, from, to);
 }
 
-/* ---- the summary ---------------------------------------------------------- */
+/* ---- the summary -------------------------------------------------------- */
 
 /* One line of the summary: "KEY: V", then " (P% of WHAT)" when of > 0. */
 static void
@@ -467,24 +436,22 @@ print_summary (const struct sim *s)
 }
 
 void
-print_timing (const struct sim *s, const uint64_t *stream_ids)
+print_timing (const struct sim *s)
 {
   double lat, page, bps;
   size_t i;
 
   printf ("%-28s %.6f s\n", "simulated time:", (double) s->now / 1e9);
-  if (s->now > 0) {
-    bps = (double) STAT_GET (&s->st, client_bytes) * 1e9 / (double) s->now;
-    printf ("%-28s %.0f bytes/s (%.2f MB/s)\n", "client throughput:", bps,
-            bps / 1e6);
-  }
-  else
-    printf ("%-28s -\n", "client throughput:");
-  printf ("%-28s %.6f s", "stall time:", (double) s->stall_ns / 1e9);
+  bps = s->now ? (double) STAT_GET (&s->st, client_bytes) * 1e9 /
+    (double) s->now : 0;
   if (s->now > 0)
-    printf (" (%.1f%% of simulated time)",
+    printf ("%-28s %.0f bytes/s (%.2f MB/s)\n%-28s %.6f s (%.1f%% of "
+            "simulated time)\n", "client throughput:", bps, bps / 1e6,
+            "stall time:", (double) s->stall_ns / 1e9,
             100.0 * (double) s->stall_ns / (double) s->now);
-  putchar ('\n');
+  else
+    printf ("%-28s -\n%-28s %.6f s\n", "client throughput:", "stall time:",
+            (double) s->stall_ns / 1e9);
   print_kv ("page waits on read ahead:", s->ahead_waits, 0, NULL);
   if (ra_model_estimate (&s->model, &lat, &page))
     printf ("%-28s %.0f ns (%.3f ms)\n%-28s %.1f ns\n", "model latency:", lat,
@@ -497,7 +464,7 @@ print_timing (const struct sim *s, const uint64_t *stream_ids)
     const struct stream *st = &s->streams[i];
     char key[48];
 
-    snprintf (key, sizeof key, "stream %" PRIu64 " cap:", stream_ids[i]);
+    snprintf (key, sizeof key, "stream %" PRIu64 " cap:", s->stream_ids[i]);
     printf ("%-28s %" PRIu64 " (largest %" PRIu64 ", largest window %"
             PRIu64 ", late %" PRIu64 ", waste %" PRIu64 ")\n", key,
             (uint64_t) st->ra.ad.cap, (uint64_t) st->largest_cap,

@@ -30,12 +30,8 @@ line_error (struct trace *t, unsigned long line, const char *fmt, ...)
   return -1;
 }
 
-/* (The tool never calls setlocale: these are the C locale's classes.) */
-static bool
-is_space (char c)
-{
-  return isspace ((unsigned char) c);
-}
+/* (The tool never calls setlocale: the C locale's classes.) */
+#define is_space(c) isspace ((unsigned char) (c))
 
 /* Parse the whole of [s, s + len) as a decimal or 0x hex number; false
  * if it is not one or does not fit in 64 bits.
@@ -90,27 +86,24 @@ next_token (const char **p, const char **tok, size_t *len)
   return true;
 }
 
-static bool
-token_is (const char *tok, size_t len, const char *word)
-{
-  return len == strlen (word) && memcmp (tok, word, len) == 0;
-}
-
-/* If the token is key=NUMBER: 1 with *v set; 0 if it is not key=; -1
- * (t->err: "WHAT: bad NOUN 'VALUE'") if NUMBER is not a number.
+/* The first key=NUMBER token of s: 1 with *v set, 0 if there is none,
+ * -1 (t->err: "WHAT: bad KEY 'VALUE'") if NUMBER is not a number.
  */
 static int
-key_number (struct trace *t, unsigned long line, const char *tok, size_t len,
-            const char *key, const char *what, const char *noun, uint64_t *v)
+log_field (struct trace *t, unsigned long line, const char *s,
+           const char *what, const char *key, uint64_t *v)
 {
-  size_t k = strlen (key);
+  size_t k = strlen (key), len;
+  const char *tok;
 
-  if (len <= k || memcmp (tok, key, k) != 0 || tok[k] != '=')
-    return 0;
-  if (!parse_number (tok + k + 1, len - k - 1, v))
-    return line_error (t, line, "%s: bad %s '%.*s'", what, noun,
-                       (int) (len - k - 1), tok + k + 1);
-  return 1;
+  while (next_token (&s, &tok, &len))
+    if (len > k && memcmp (tok, key, k) == 0 && tok[k] == '=') {
+      if (!parse_number (tok + k + 1, len - k - 1, v))
+        return line_error (t, line, "%s: bad %s '%.*s'", what, key,
+                           (int) (len - k - 1), tok + k + 1);
+      return 1;
+    }
+  return 0;
 }
 
 /* Does s start with the log filter's time stamp,
@@ -162,57 +155,40 @@ add_read (struct trace *t, unsigned long line, uint64_t offset,
   return 0;
 }
 
-/* A line written by nbdkit's log filter, after its time stamp (or a
- * line starting with "connection=").  Read lines are reads, with their
- * connection number as the stream; Connect lines give the export size;
- * every other line (the ...Read completions, writes, flushes, Ready,
- * Preconnect, Disconnect, ...) is ignored.
+/* A line of nbdkit's log filter, after its time stamp.  Its verb is its
+ * first token that is not key=value: Read lines are reads (the stream:
+ * the connection), Connect lines give the export size, others are
+ * ignored (ra-trace(1)).
  */
 static int
 parse_log_line (struct trace *t, unsigned long line, const char *s)
 {
-  const char *tok;
+  const char *args = s, *verb;
   size_t len;
-  uint64_t stream = 0, offset = 0, count = 0, size;
-  bool have_offset = false, have_count = false;
-  int r;
+  uint64_t stream = 0, offset, count, size;
+  int r, have_offset, have_count;
 
-  if (!next_token (&s, &tok, &len))
+  do
+    if (!next_token (&args, &verb, &len))
+      return 0;
+  while (memchr (verb, '=', len));
+  if (len == 7 && memcmp (verb, "Connect", 7) == 0) {
+    r = log_field (t, line, args, "log Connect line", "size", &size);
+    if (r == 1 && size > TRACE_MAX_END)       /* nbdkit's sizes are int64_t */
+      return line_error (t, line, "log Connect line: size %" PRIu64
+                         " is larger than 2^63-1", size);
+    if (r == 1 && size > t->log_export_size)
+      t->log_export_size = size;
+    return r < 0 ? -1 : 0;
+  }
+  if (len != 4 || memcmp (verb, "Read", 4) != 0)
     return 0;
-  r = key_number (t, line, tok, len, "connection", "log line",
-                  "connection number", &stream);
-  if (r == -1)
+  if (log_field (t, line, s, "log line", "connection", &stream) == -1 ||
+      (have_offset = log_field (t, line, args, "log Read line", "offset",
+                                &offset)) == -1 ||
+      (have_count = log_field (t, line, args, "log Read line", "count",
+                               &count)) == -1)
     return -1;
-  if (r == 1 && !next_token (&s, &tok, &len))
-    return 0;
-  if (token_is (tok, len, "Connect")) {
-    while (next_token (&s, &tok, &len)) {
-      r = key_number (t, line, tok, len, "size", "log Connect line", "size",
-                      &size);
-      if (r == -1)
-        return -1;
-      if (r == 1 && size > TRACE_MAX_END)     /* nbdkit's sizes are int64_t */
-        return line_error (t, line, "log Connect line: size %" PRIu64
-                           " is larger than 2^63-1", size);
-      if (r == 1 && size > t->log_export_size)
-        t->log_export_size = size;
-    }
-    return 0;
-  }
-  if (!token_is (tok, len, "Read"))
-    return 0;
-  while (next_token (&s, &tok, &len)) {
-    r = key_number (t, line, tok, len, "offset", "log Read line", "offset",
-                    &offset);
-    if (r == 1)
-      have_offset = true;
-    else if (r == 0 && (r = key_number (t, line, tok, len, "count",
-                                        "log Read line", "count",
-                                        &count)) == 1)
-      have_count = true;
-    if (r == -1)
-      return -1;
-  }
   if (!have_offset || !have_count)
     return line_error (t, line, "log Read line without offset= and count=");
   return add_read (t, line, offset, count, stream);
@@ -262,6 +238,39 @@ parse_line (struct trace *t, unsigned long line, char *s)
   return parse_plain_line (t, line, s);
 }
 
+static int
+cmp_u64 (const void *a, const void *b)
+{
+  uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+  return x < y ? -1 : x > y;
+}
+
+/* Number the streams densely, in order of their ids. */
+static int
+number_streams (struct trace *t)
+{
+  uint64_t *ids = t->stream_ids = malloc ((t->nr ? t->nr : 1) * sizeof *ids);
+  size_t i, n = 0;
+
+  if (!ids) {
+    snprintf (t->err, sizeof t->err, "out of memory");
+    return -1;
+  }
+  for (i = 0; i < t->nr; i++)
+    ids[i] = t->reads[i].stream_id;
+  qsort (ids, t->nr, sizeof *ids, cmp_u64);
+  for (i = 0; i < t->nr; i++)
+    if (n == 0 || ids[n - 1] != ids[i])
+      ids[n++] = ids[i];
+  for (i = 0; i < t->nr; i++) {
+    uint64_t *f = bsearch (&t->reads[i].stream_id, ids, n, sizeof *ids,
+                           cmp_u64);
+    t->reads[i].stream = (size_t) (f - ids);
+  }
+  t->nstreams = n;
+  return 0;
+}
+
 int
 trace_read_file (struct trace *t, FILE *fp)
 {
@@ -284,61 +293,23 @@ trace_read_file (struct trace *t, FILE *fp)
     r = -1;
   }
   free (buf);
-  return r;
-}
-
-static int
-cmp_u64 (const void *a, const void *b)
-{
-  uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
-  return x < y ? -1 : x > y;
+  return r == 0 ? number_streams (t) : r;
 }
 
 int
-trace_number_streams (struct trace *t, uint64_t **ids_out, size_t *n_out)
-{
-  uint64_t *ids = malloc ((t->nr ? t->nr : 1) * sizeof *ids);
-  size_t i, n = 0;
-
-  if (!ids) {
-    snprintf (t->err, sizeof t->err, "out of memory");
-    return -1;
-  }
-  for (i = 0; i < t->nr; i++)
-    ids[i] = t->reads[i].stream_id;
-  qsort (ids, t->nr, sizeof *ids, cmp_u64);
-  for (i = 0; i < t->nr; i++)
-    if (n == 0 || ids[n - 1] != ids[i])
-      ids[n++] = ids[i];
-  for (i = 0; i < t->nr; i++) {
-    uint64_t *f = bsearch (&t->reads[i].stream_id, ids, n, sizeof *ids,
-                           cmp_u64);
-    t->reads[i].stream = (size_t) (f - ids);
-  }
-  *ids_out = ids;
-  *n_out = n;
-  return 0;
-}
-
-uint64_t
-trace_export_size (const struct trace *t, uint64_t page_size)
+trace_export_size (struct trace *t, uint64_t page_size, uint64_t *size)
 {
   uint64_t end = (t->max_end + page_size - 1) & ~(page_size - 1);
-
-  return t->log_export_size > end ? t->log_export_size : end;
-}
-
-int
-trace_check_export_size (struct trace *t, uint64_t export_size)
-{
   size_t i;
 
+  if (*size == 0)
+    *size = t->log_export_size > end ? t->log_export_size : end;
   for (i = 0; i < t->nr; i++)
-    if (t->reads[i].offset + t->reads[i].length > export_size)
+    if (t->reads[i].offset + t->reads[i].length > *size)
       return line_error (t, t->reads[i].line, "read at offset %" PRIu64
                          " of %" PRIu64 " bytes ends past the export size (%"
                          PRIu64 ")", t->reads[i].offset, t->reads[i].length,
-                         export_size);
+                         *size);
   return 0;
 }
 
@@ -346,6 +317,5 @@ void
 trace_free (struct trace *t)
 {
   free (t->reads);
-  t->reads = NULL;
-  t->nr = t->alloc = 0;
+  free (t->stream_ids);
 }
