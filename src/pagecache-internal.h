@@ -102,6 +102,15 @@ struct rc_pagecache {
   _Atomic uint64_t refault_set;
   uint64_t refault_limit;
   _Atomic uint64_t n_inactive;     /* pages on the inactive lists */
+  /* Pages cached per group, counted in a slot per (hashed) group:
+   * groups that share a slot add up, so a zero says that no page of the
+   * group is cached, read without the shard's lock.  Walks of ranges a
+   * client read around the cache (drop-behind, the read-around test)
+   * skip such groups (rc_pc_for_each_cached) instead of looking up each
+   * of their pages under the lock.  NULL (out of memory): none skipped.
+   */
+  _Atomic uint32_t *group_pages;
+  unsigned group_shift;            /* 64 - log2 of the slots */
   /* Memory, shared by the shards (mem_lock, taken inside a shard lock):
    * the arena of page data, a bit per slot (set: free), the lowest word
    * that may have a free bit, the slots touched so far (the highest
@@ -167,6 +176,15 @@ void rc_pc_for_each_page (struct rc_pagecache *pc, ra_pgoff start,
                           void (*fn) (struct rc_pagecache *, struct shard *,
                                       ra_pgoff, void *),
                           void *arg);
+
+/* The same, skipping the groups that hold no page (group_pages): for
+ * fn that does nothing where no page is cached.
+ */
+void rc_pc_for_each_cached (struct rc_pagecache *pc, ra_pgoff start,
+                            ra_pgoff count,
+                            void (*fn) (struct rc_pagecache *, struct shard *,
+                                        ra_pgoff, void *),
+                            void *arg);
 
 /* Remove p from shard s and free it (its memory slot and page struct
  * are kept for reuse).  Called with s->lock held.

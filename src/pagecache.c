@@ -103,6 +103,33 @@ list_put (struct rc_pagecache *pc, struct shard *s, struct page *p,
   lru_push (list_of (s, l), p);
 }
 
+/* The group_pages slot of page index's group. */
+static inline _Atomic uint32_t *
+group_slot (struct rc_pagecache *pc, ra_pgoff index)
+{
+  return &pc->group_pages[((index >> GROUP_SHIFT) *
+                           UINT64_C (0x9E3779B97F4A7C15)) >> pc->group_shift];
+}
+
+/* A slot per group the cache can hold, twice over (a power of two, at
+ * least 256, at most 2^20: beyond, groups share slots and walk more).
+ */
+static void
+group_pages_new (struct rc_pagecache *pc)
+{
+  uint64_t groups = (pc->total_capacity >> GROUP_SHIFT) + 1, n = 256;
+  unsigned bits = 8;
+
+  while (n < 2 * groups && bits < 20) {
+    n *= 2;
+    bits++;
+  }
+  pc->group_pages = calloc (n, sizeof *pc->group_pages);
+  if (pc->group_pages)
+    pc->fixed_bytes += n * sizeof *pc->group_pages;
+  pc->group_shift = 64 - bits;
+}
+
 /* Reserve the arena (address space only: MAP_NORESERVE, nothing
  * touched) aligned for huge pages, and mark every slot free.
  */
@@ -202,6 +229,7 @@ pc_new (uint64_t cache_size, uint32_t page_size, struct rc_stats *stats,
     rc_pc_free (pc);
     return NULL;
   }
+  group_pages_new (pc);
   pc->inactive_reserve = INACTIVE_RESERVE_BYTES / page_size;
   if (pc->inactive_reserve > total_pages / 2)
     pc->inactive_reserve = total_pages / 2;
@@ -255,6 +283,7 @@ rc_pc_free (struct rc_pagecache *pc)
   free (pc->free_slots);
   pthread_mutex_destroy (&pc->mem_lock);
   free ((void *) pc->refault);
+  free ((void *) pc->group_pages);
   free (pc->shards);
   free (pc);
 }
@@ -310,6 +339,9 @@ rc_pc_remove_page (struct rc_pagecache *pc, struct shard *s,
   if (p->state == PAGE_INFLIGHT)
     s->inflight--;
   s->count--;
+  if (pc->group_pages)
+    atomic_fetch_sub_explicit (group_slot (pc, p->index), 1,
+                               memory_order_relaxed);
   STAT_SUB (pc->stats, cache_bytes, pc->page_size);
   ACQUIRE_LOCK (&pc->mem_lock);
   if (pc->arena)
@@ -463,6 +495,9 @@ rc_pc_insert (struct rc_pagecache *pc, ra_pgoff index, bool marker,
   p->hnext = s->buckets[bucket_of (s, index)];
   s->buckets[bucket_of (s, index)] = p;
   s->count++;
+  if (pc->group_pages)
+    atomic_fetch_add_explicit (group_slot (pc, index), 1,
+                               memory_order_relaxed);
   s->inflight++;
   STAT_ADD (pc->stats, cache_bytes, pc->page_size);
   ok = true;
@@ -474,12 +509,10 @@ rc_pc_insert (struct rc_pagecache *pc, ra_pgoff index, bool marker,
 /* Walk pages [start, start + count), calling fn on each with its shard
  * locked; consecutive pages of one shard take the lock once.
  */
-void
-rc_pc_for_each_page (struct rc_pagecache *pc, ra_pgoff start,
-                     ra_pgoff count,
-                     void (*fn) (struct rc_pagecache *, struct shard *,
-                                 ra_pgoff, void *),
-                     void *arg)
+static void
+walk (struct rc_pagecache *pc, ra_pgoff start, ra_pgoff count,
+      void (*fn) (struct rc_pagecache *, struct shard *, ra_pgoff, void *),
+      void *arg, bool cached_only)
 {
   ra_pgoff i = start, end = start + count;
 
@@ -490,6 +523,12 @@ rc_pc_for_each_page (struct rc_pagecache *pc, ra_pgoff start,
 
     if (group_end > end)
       group_end = end;
+    if (cached_only && pc->group_pages &&
+        atomic_load_explicit (group_slot (pc, i), memory_order_relaxed)
+        == 0) {
+      i = group_end;
+      continue;
+    }
     ACQUIRE_LOCK (&s->lock);
     for (; i < group_end; i++)
       fn (pc, s, i, arg);
@@ -498,6 +537,26 @@ rc_pc_for_each_page (struct rc_pagecache *pc, ra_pgoff start,
     if (wake)
       pthread_cond_broadcast (&s->ready);
   }
+}
+
+void
+rc_pc_for_each_page (struct rc_pagecache *pc, ra_pgoff start,
+                     ra_pgoff count,
+                     void (*fn) (struct rc_pagecache *, struct shard *,
+                                 ra_pgoff, void *),
+                     void *arg)
+{
+  walk (pc, start, count, fn, arg, false);
+}
+
+void
+rc_pc_for_each_cached (struct rc_pagecache *pc, ra_pgoff start,
+                       ra_pgoff count,
+                       void (*fn) (struct rc_pagecache *, struct shard *,
+                                   ra_pgoff, void *),
+                       void *arg)
+{
+  walk (pc, start, count, fn, arg, true);
 }
 
 struct complete_arg {
@@ -803,6 +862,35 @@ q_cached (void *opaque, ra_pgoff index)
 }
 
 const struct ra_cache_ops rc_pc_query_ops = { .cached = q_cached };
+
+bool
+rc_pc_groups_consistent (struct rc_pagecache *pc)
+{
+  size_t n = (size_t) 1 << (64 - pc->group_shift), i, b;
+  uint32_t *want;
+  bool ok = true;
+
+  if (!pc->group_pages)
+    return true;
+  want = calloc (n, sizeof *want);
+  if (!want)
+    abort ();                   /* for tests only: see the header */
+  for (i = 0; i < pc->nshards; i++) {
+    struct shard *s = &pc->shards[i];
+    struct page *p;
+
+    ACQUIRE_LOCK (&s->lock);
+    for (b = 0; b <= s->bucket_mask; b++)
+      for (p = s->buckets[b]; p; p = p->hnext)
+        want[group_slot (pc, p->index) - pc->group_pages]++;
+    RELEASE_LOCK (&s->lock);
+  }
+  for (i = 0; i < n; i++)
+    if (atomic_load (&pc->group_pages[i]) != want[i])
+      ok = false;
+  free (want);
+  return ok;
+}
 
 void
 rc_pc_counts (struct rc_pagecache *pc, struct rc_pc_counts *out)

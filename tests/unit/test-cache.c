@@ -210,7 +210,13 @@ idle (struct rc_cache *c)
   return false;
 }
 
-#define ASSERT_IDLE(c) ck_assert_msg (idle (c), "cache never became idle")
+/* Idle, and the cache's count of pages per group is right. */
+#define ASSERT_IDLE(c)                                                  \
+  do {                                                                  \
+    ck_assert_msg (idle (c), "cache never became idle");                \
+    ck_assert_msg (rc_pc_groups_consistent (rc_cache_pagecache (c)),    \
+                   "pages per group miscounted");                       \
+  } while (0)
 
 static bool
 cached (struct rc_cache *c, ra_pgoff index)
