@@ -320,8 +320,11 @@ env_around (void *opaque, struct rc_trigger *t, int *err)
  * (whether or not that read failed: its pages are in flight and must be
  * read or given up), so that it never shares the backend with the sync
  * read its client waits for; a window without a sync part (an async
- * trigger) is queued at once.  A client that meanwhile waits for an
- * async page finds its job promoted when it is queued (rc_promote).
+ * trigger) is queued at once.  Until then its batches are parked
+ * (rc_park_job): a client that meanwhile waits for one of their pages
+ * (a deep client's next reads, such as nbdcopy's and qemu-img
+ * convert's) has that batch read at once, among the sync jobs, instead
+ * of after the sync read.
  */
 static void
 queue_async (struct rc_cache *c, const struct rc_trigger *t)
@@ -363,6 +366,9 @@ env_issue (void *opaque, struct rc_trigger *t, int *err)
            batch_in_client_buf (c, rd, start, count + t->b[last + 1].count))
       count += t->b[++last].count;
 
+  for (i = 0; i < t->n; i++)
+    if (t->b[i].async)
+      rc_park_job (c, t->b[i].start, t->b[i].count, t->owner, t);
   for (i = last + 1; i < t->n; i++)
     if (!t->b[i].async) {
       if (nsync++ == 0)
@@ -395,7 +401,7 @@ env_issue (void *opaque, struct rc_trigger *t, int *err)
       r = -1;
     }
   }
-  queue_async (c, t);
+  rc_unpark_jobs (c, t);
   return r;
 }
 

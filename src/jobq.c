@@ -8,7 +8,9 @@
  * it.  Sync jobs are queued ahead of async jobs so that a waiting
  * client never waits behind speculation, and a client that comes to
  * wait for a page of a queued async job promotes that job among the sync
- * jobs (rc_promote).  An async job starts only when rc_cong_decide says
+ * jobs (rc_promote); so does one that waits for a page of a window's
+ * async part still parked while the window's sync part is read
+ * (rc_park_job).  An async job starts only when rc_cong_decide says
  * so: in adaptive mode only while the estimated backend slots leave one
  * free for the next sync read (counted once per job as "held"); in
  * kernel mode with ra-congestion=wait only below the congestion
@@ -58,6 +60,7 @@ rc_jobq_init (struct rc_jobq *q)
   pthread_cond_init (&q->cond, NULL);
   jobs_init (&q->sync);
   jobs_init (&q->async);
+  jobs_init (&q->parked);
   q->promotions = NULL;
   q->queued = q->queued_async = 0;
   q->stopping = false;
@@ -184,12 +187,14 @@ promote_pending (struct rc_cache *c, ra_pgoff start, ra_pgoff count)
   return false;
 }
 
-void
-rc_queue_job (struct rc_cache *c, ra_pgoff start, ra_pgoff count,
-              bool async, struct rc_wait *wait, unsigned owner)
+/* A new job, in its group if any; NULL (its pages given back, its
+ * group told) when out of memory.
+ */
+static struct rc_job *
+job_new (struct rc_cache *c, ra_pgoff start, ra_pgoff count, bool async,
+         struct rc_wait *wait, unsigned owner)
 {
   struct rc_job *j = malloc (sizeof *j);
-  int refused = 0;
 
   if (!j) {
     /* Nothing will read these pages: give them back at once. */
@@ -198,7 +203,7 @@ rc_queue_job (struct rc_cache *c, ra_pgoff start, ra_pgoff count,
       wait_add (wait);
       wait_finish (wait, ENOMEM, start, count);
     }
-    return;
+    return NULL;
   }
   j->start = start;
   j->count = count;
@@ -207,33 +212,117 @@ rc_queue_job (struct rc_cache *c, ra_pgoff start, ra_pgoff count,
   j->owner = owner;
   j->delayed = false;
   j->held = false;
+  j->parked = NULL;
   if (wait)
     wait_add (wait);
+  return j;
+}
 
-  ACQUIRE_LOCK (&c->q.lock);
+/* Why j may not be queued (an errno), or 0.  Called with c->q.lock
+ * held.
+ */
+static int
+refusal (struct rc_cache *c, const struct rc_job *j)
+{
   if (c->q.stopping)
-    refused = ESHUTDOWN;        /* nobody will read these pages */
+    return ESHUTDOWN;           /* nobody will read these pages */
   /* No worker can read it (no background connection), and no client
    * waits to read it itself: drop it.  (The pool drops the orphans
    * under this lock after the last connection went: none is missed.)
    */
-  else if (!wait && atomic_load (&c->pool.nopen_now) == 0)
-    refused = ENOTCONN;
-  else {
-    atomic_fetch_add (&c->q.queued, 1);
-    if (async && promote_pending (c, start, count)) {
-      STAT_ADD (&c->stats, async_promoted, 1);
-      async = false;            /* a client waits for it already */
-    }
-    if (async)
-      atomic_fetch_add (&c->q.queued_async, 1);
-    jobs_append (async ? &c->q.async : &c->q.sync, j);
+  if (!j->wait && atomic_load (&c->pool.nopen_now) == 0)
+    return ENOTCONN;
+  return 0;
+}
+
+/* Queue j, or return why not.  Called with c->q.lock held. */
+static int
+enqueue (struct rc_cache *c, struct rc_job *j)
+{
+  bool async = j->async && !j->wait;
+  int refused = refusal (c, j);
+
+  if (refused)
+    return refused;
+  atomic_fetch_add (&c->q.queued, 1);
+  if (async && promote_pending (c, j->start, j->count)) {
+    STAT_ADD (&c->stats, async_promoted, 1);
+    async = false;              /* a client waits for it already */
+  }
+  if (async)
+    atomic_fetch_add (&c->q.queued_async, 1);
+  jobs_append (async ? &c->q.async : &c->q.sync, j);
+  return 0;
+}
+
+void
+rc_queue_job (struct rc_cache *c, ra_pgoff start, ra_pgoff count,
+              bool async, struct rc_wait *wait, unsigned owner)
+{
+  struct rc_job *j = job_new (c, start, count, async, wait, owner);
+  int refused;
+
+  if (!j)
+    return;
+  ACQUIRE_LOCK (&c->q.lock);
+  refused = enqueue (c, j);
+  RELEASE_LOCK (&c->q.lock);
+  if (refused)
+    give_up (c, j, refused);
+  else
+    pthread_cond_signal (&c->q.cond);
+}
+
+void
+rc_park_job (struct rc_cache *c, ra_pgoff start, ra_pgoff count,
+             unsigned owner, const void *token)
+{
+  struct rc_job *j = job_new (c, start, count, true, NULL, owner);
+  int refused;
+
+  if (!j)
+    return;
+  ACQUIRE_LOCK (&c->q.lock);
+  /* A client that already waits for one of its pages has it queued. */
+  if (promote_pending (c, start, count))
+    refused = enqueue (c, j);
+  else if (!(refused = refusal (c, j))) {
+    j->parked = token;
+    jobs_append (&c->q.parked, j);
   }
   RELEASE_LOCK (&c->q.lock);
   if (refused)
     give_up (c, j, refused);
   else
     pthread_cond_signal (&c->q.cond);
+}
+
+void
+rc_unpark_jobs (struct rc_cache *c, const void *token)
+{
+  struct rc_job **pj, *j, *refused = NULL;
+  int err = 0;
+
+  ACQUIRE_LOCK (&c->q.lock);
+  pj = &c->q.parked.head;
+  while (*pj) {
+    if ((*pj)->parked != token) {
+      pj = &(*pj)->next;
+      continue;
+    }
+    j = jobs_unlink (&c->q.parked, pj);
+    j->parked = NULL;
+    if ((err = enqueue (c, j)) != 0) {  /* the same errno for all */
+      j->next = refused;
+      refused = j;
+    }
+  }
+  RELEASE_LOCK (&c->q.lock);
+  pthread_cond_signal (&c->q.cond);
+  while ((j = refused) != NULL) {
+    refused = j->next;
+    give_up (c, j, err);
+  }
 }
 
 /* May the queued async job j start now?  Counts it once as delayed or
@@ -373,11 +462,24 @@ rc_promote (struct rc_cache *c, ra_pgoff index, struct rc_promotion *pr)
     if (index >= (*pj)->start && index < (*pj)->start + (*pj)->count) {
       j = jobs_unlink (&c->q.async, pj);
       atomic_fetch_sub (&c->q.queued_async, 1);
-      jobs_append (&c->q.sync, j);
-      STAT_ADD (&c->stats, async_promoted, 1);
       break;
     }
-  if (!j) {
+  /* A parked job: its window's sync read is still running.  (Not when
+   * stopping: no worker would read it; its parker gives it up.)
+   */
+  for (pj = &c->q.parked.head; !j && !c->q.stopping && *pj;
+       pj = &(*pj)->next)
+    if (index >= (*pj)->start && index < (*pj)->start + (*pj)->count) {
+      j = jobs_unlink (&c->q.parked, pj);
+      j->parked = NULL;
+      atomic_fetch_add (&c->q.queued, 1);
+      break;
+    }
+  if (j) {
+    jobs_append (&c->q.sync, j);
+    STAT_ADD (&c->stats, async_promoted, 1);
+  }
+  else {
     pr->index = index;
     pr->registered = true;
     pr->next = c->q.promotions;

@@ -49,6 +49,7 @@ struct rc_job {
   struct rc_wait *wait;         /* NULL for async parts */
   unsigned owner;               /* the stream of an async part's window
                                  * (0: none, as the learned replay's) */
+  const void *parked;           /* parked (rc_park_job): its token */
 };
 
 /* A list of jobs in queue order. */
@@ -61,6 +62,7 @@ struct rc_jobq {
   pthread_mutex_t lock;
   pthread_cond_t cond;          /* wakes the workers */
   struct rc_jobs sync, async;
+  struct rc_jobs parked;        /* async jobs parked (rc_park_job) */
   struct rc_promotion *promotions;
   _Atomic unsigned queued;      /* jobs queued, sync and async */
   _Atomic unsigned queued_async;
@@ -89,6 +91,20 @@ int rc_wait_for (struct rc_cache *c, void *ctx, struct rc_wait *w);
  */
 void rc_queue_job (struct rc_cache *c, ra_pgoff start, ra_pgoff count,
                    bool async, struct rc_wait *wait, unsigned owner);
+/* A window's async batch while its sync part is read (by the thread
+ * that parks it; token: any address unique to that read): no worker
+ * starts it, as the sync read must not share the backend with it, but
+ * a client that comes to wait for one of its pages (a deep client's
+ * next reads) has it queued among the sync jobs at once (rc_promote)
+ * instead of waiting for the sync read and then for it.  Refused as
+ * rc_queue_job refuses an async job.
+ */
+void rc_park_job (struct rc_cache *c, ra_pgoff start, ra_pgoff count,
+                  unsigned owner, const void *token);
+/* The sync read of token is over: queue its jobs still parked as async
+ * jobs (rc_queue_job).
+ */
+void rc_unpark_jobs (struct rc_cache *c, const void *token);
 /* The next job a worker may start, or NULL: a sync job if any, else an
  * async job if the congestion decision lets it start now.  Called with
  * c->q.lock held.
@@ -110,8 +126,9 @@ void rc_jobq_drop_owner (struct rc_cache *c, unsigned owner);
  */
 void rc_jobq_stop (struct rc_cache *c);
 
-/* A client is about to wait for page index, in flight: promote its job,
- * or register pr (alive until rc_promote_end) for when it is queued.
+/* A client is about to wait for page index, in flight: promote its job
+ * (queued as async or parked), or register pr (alive until
+ * rc_promote_end) for when it is queued.
  */
 void rc_promote (struct rc_cache *c, ra_pgoff index, struct rc_promotion *pr);
 /* The wait is over: unregister pr if rc_promote registered it. */

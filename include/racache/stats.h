@@ -92,7 +92,7 @@
   X (COUNTER, async_delayed, RC_FIELD (async_delayed), -1, 1,           \
      "Async reads held back for congestion.")                           \
   X (COUNTER, async_promoted, RC_FIELD (async_promoted), -1, 0,         \
-     "Queued async reads a client then needed.")                        \
+     "Queued async reads a client then needed (also while their window's sync part was read).") \
   X (GAUGE, inflight_now, RC_CACHE (rc_cache_inflight (s->c)), -1, 1,   \
      "Backend reads in flight now.")                                    \
   X (GAUGE, inflight_high_water, RC_FIELD (inflight_high_water), -1, 1, \

@@ -922,11 +922,13 @@ START_TEST (test_reordered_no_yield)
   c = mk_cache (f, OPTS (.io_max = 512 * KiB));
   s = rc_stream_new ();
   s2 = rc_stream_new ();
-  fake_set_gate (f, true, 0, 16 * P);
+  /* The gate holds the window's sync part and its async part, which
+   * b1's wait promotes (and b1 reads ahead to 64).
+   */
+  fake_set_gate (f, true, 0, 32 * P);
   bg_read_start (&b0, c, s, f, 0, 16 * P);       /* held */
   ck_assert (fake_wait_blocked (f, 1));
-  bg_read_start (&b1, c, s, f, 16 * P, 16 * P);  /* waits for it (and
-                                                   reads ahead to 64) */
+  bg_read_start (&b1, c, s, f, 16 * P, 16 * P);  /* waits for it */
   sleep_ns (100000000);
   RD_OK (c, s, f, 80 * P, 16 * P);               /* ahead: branch G */
   ck_assert_uint_eq (ST (c, windows[RA_G_RANDOM]), 1);
@@ -946,10 +948,10 @@ START_TEST (test_reordered_no_yield)
 END_TEST
 
 /* More clients wait for pages of a window's async part than the 16 a
- * fixed list once held, all before the part's jobs are queued (they are
- * queued once the window's sync part is read, held here at the gate):
- * every one of their jobs is promoted among the sync jobs, the others
- * are not.
+ * fixed list once held, all while the window's sync part is read (held
+ * here at the gate), when its async jobs are parked: every one of their
+ * jobs is promoted among the sync jobs at once and read although the
+ * sync read is still held; the others wait for the sync read.
  */
 START_TEST (test_promote_many)
 {
@@ -974,19 +976,22 @@ START_TEST (test_promote_many)
     w[k] = rc_stream_new ();
     bg_read_start (&b[k], c, w[k], f, (128 + 4 * k + 1) * P, 100);
   }
-  sleep_ns (500000000);         /* they all wait for their page */
-  ck_assert_uint_eq (ST (c, async_promoted), 0);
-  fake_set_gate (f, false, 0, 0);
-  bg_read_join (&a);
-  ck_assert_int_eq (a.r, 0);
-  free (a.buf);
   for (k = 0; k < NWAIT; k++) {
-    bg_read_join (&b[k]);
+    bg_read_join (&b[k]);       /* while a is held */
     ck_assert_int_eq (b[k].r, 0);
     check_now (f, b[k].buf, b[k].off, b[k].len);
     free (b[k].buf);
     rc_stream_free (w[k]);
   }
+  ck_assert_uint_eq (ST (c, async_promoted), NWAIT);
+  ck_assert_uint_eq (fake_read (f, &f->gate_blocked), 1);
+  ck_assert_msg (!logged_in (f, (128 + 4 * NWAIT) * P, 256 * P),
+                 "an async job nobody waits for was read before its "
+                 "window's sync part");
+  fake_set_gate (f, false, 0, 0);
+  bg_read_join (&a);
+  ck_assert_int_eq (a.r, 0);
+  free (a.buf);
   ASSERT_IDLE (c);
   ck_assert_uint_eq (ST (c, windows[RA_A_INITIAL]), 1);
   ck_assert_uint_eq (ST (c, async_promoted), NWAIT);
