@@ -205,14 +205,10 @@ job_new (struct rc_cache *c, ra_pgoff start, ra_pgoff count, bool async,
     }
     return NULL;
   }
-  j->start = start;
-  j->count = count;
-  j->async = async;
-  j->wait = wait;
-  j->owner = owner;
-  j->delayed = false;
-  j->held = false;
-  j->parked = NULL;
+  *j = (struct rc_job) {
+    .start = start, .count = count, .async = async, .wait = wait,
+    .owner = owner,
+  };
   if (wait)
     wait_add (wait);
   return j;

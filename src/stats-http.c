@@ -355,12 +355,7 @@ conn_close (struct http_conn *k)
 
   ev_io_stop (h->loop, &k->io);
   ev_timer_stop (h->loop, &k->timer);
-  if (k->prev)
-    k->prev->next = k->next;
-  else
-    h->conns = k->next;
-  if (k->next)
-    k->next->prev = k->prev;
+  STATS_LIST_UNLINK (h->conns, k);
   h->nr_conns--;
   close (k->fd);
   free (k->out);
@@ -512,17 +507,10 @@ on_accept (struct ev_loop *loop, ev_io *w, int revents)
   k->h = h;
   k->fd = fd;
   k->state = HTTP_READING;
-  k->next = h->conns;
-  if (k->next)
-    k->next->prev = k;
-  h->conns = k;
+  STATS_LIST_PUSH (h->conns, k);
   h->nr_conns++;
-  ev_io_init (&k->io, on_conn_io, fd, EV_READ);
-  k->io.data = k;
-  ev_io_start (loop, &k->io);
-  ev_timer_init (&k->timer, on_conn_timer, HTTP_TIMEOUT, 0);
-  k->timer.data = k;
-  ev_timer_start (loop, &k->timer);
+  stats_watch_conn (loop, &k->io, &k->timer, on_conn_io, on_conn_timer, fd,
+                    HTTP_TIMEOUT, k);
 }
 
 struct stats_http *

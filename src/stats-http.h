@@ -29,5 +29,33 @@ void stats_http_stop (struct stats_http *h);
 int stats_accept (struct ev_loop *loop, ev_io *accept_w, ev_timer *backoff_w,
                   int flags);
 void stats_accept_backoff_init (ev_timer *backoff_w, ev_io *accept_w);
+/* The two servers' lists of connections, doubly linked through next and
+ * prev from head.
+ */
+#define STATS_LIST_PUSH(head, k)                \
+  do {                                          \
+    (k)->prev = NULL;                           \
+    (k)->next = (head);                         \
+    if ((k)->next)                              \
+      (k)->next->prev = (k);                    \
+    (head) = (k);                               \
+  } while (0)
+#define STATS_LIST_UNLINK(head, k)              \
+  do {                                          \
+    if ((k)->prev)                              \
+      (k)->prev->next = (k)->next;              \
+    else                                        \
+      (head) = (k)->next;                       \
+    if ((k)->next)                              \
+      (k)->next->prev = (k)->prev;              \
+  } while (0)
+
+/* Watch an accepted connection: io for reading fd, timer firing after
+ * timeout seconds, both with data.
+ */
+void stats_watch_conn (struct ev_loop *loop, ev_io *io, ev_timer *timer,
+                       void (*on_io) (struct ev_loop *, ev_io *, int),
+                       void (*on_timer) (struct ev_loop *, ev_timer *, int),
+                       int fd, double timeout, void *data);
 
 #endif /* RACACHE_STATS_HTTP_H */

@@ -97,12 +97,7 @@ conn_unlink (struct stats_conn *k)
 {
   struct rc_stats_server *s = k->s;
 
-  if (k->prev)
-    k->prev->next = k->next;
-  else
-    s->pending = k->next;
-  if (k->next)
-    k->next->prev = k->prev;
+  STATS_LIST_UNLINK (s->pending, k);
   s->nr_pending--;
 }
 
@@ -191,6 +186,20 @@ stats_accept_backoff_init (ev_timer *backoff_w, ev_io *accept_w)
   backoff_w->data = accept_w;
 }
 
+void
+stats_watch_conn (struct ev_loop *loop, ev_io *io, ev_timer *timer,
+                  void (*on_io) (struct ev_loop *, ev_io *, int),
+                  void (*on_timer) (struct ev_loop *, ev_timer *, int),
+                  int fd, double timeout, void *data)
+{
+  ev_io_init (io, on_io, fd, EV_READ);
+  io->data = data;
+  ev_io_start (loop, io);
+  ev_timer_init (timer, on_timer, timeout, 0);
+  timer->data = data;
+  ev_timer_start (loop, timer);
+}
+
 static void
 on_accept (struct ev_loop *loop, ev_io *w, int revents)
 {
@@ -211,17 +220,10 @@ on_accept (struct ev_loop *loop, ev_io *w, int revents)
   }
   k->s = s;
   k->fd = fd;
-  k->next = s->pending;
-  if (k->next)
-    k->next->prev = k;
-  s->pending = k;
+  STATS_LIST_PUSH (s->pending, k);
   s->nr_pending++;
-  ev_io_init (&k->io, on_conn_read, fd, EV_READ);
-  k->io.data = k;
-  ev_io_start (loop, &k->io);
-  ev_timer_init (&k->timer, on_conn_timer, RC_STATS_REQUEST_WAIT, 0);
-  k->timer.data = k;
-  ev_timer_start (loop, &k->timer);
+  stats_watch_conn (loop, &k->io, &k->timer, on_conn_read, on_conn_timer, fd,
+                    RC_STATS_REQUEST_WAIT, k);
 }
 
 static void
