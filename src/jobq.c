@@ -297,7 +297,7 @@ void
 rc_unpark_jobs (struct rc_cache *c, const void *token)
 {
   struct rc_job **pj, *j, *refused = NULL;
-  int err = 0;
+  int err = 0, r;
 
   ACQUIRE_LOCK (&c->q.lock);
   pj = &c->q.parked.head;
@@ -308,7 +308,8 @@ rc_unpark_jobs (struct rc_cache *c, const void *token)
     }
     j = jobs_unlink (&c->q.parked, pj);
     j->parked = NULL;
-    if ((err = enqueue (c, j)) != 0) {  /* the same errno for all */
+    if ((r = enqueue (c, j)) != 0) {    /* nobody waits for them */
+      err = r;
       j->next = refused;
       refused = j;
     }
