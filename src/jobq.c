@@ -251,22 +251,40 @@ enqueue (struct rc_cache *c, struct rc_job *j)
   return 0;
 }
 
+/* Queue j, or park it (token not NULL) unless a client already waits
+ * for one of its pages; give it up if it may not be queued.
+ */
+static void
+place (struct rc_cache *c, struct rc_job *j, const void *token)
+{
+  bool parked = false;
+  int refused;
+
+  ACQUIRE_LOCK (&c->q.lock);
+  if (token && !promote_pending (c, j->start, j->count)) {
+    if (!(refused = refusal (c, j))) {
+      j->parked = token;
+      jobs_append (&c->q.parked, j);
+      parked = true;
+    }
+  }
+  else
+    refused = enqueue (c, j);
+  RELEASE_LOCK (&c->q.lock);
+  if (refused)
+    give_up (c, j, refused);
+  else if (!parked)
+    pthread_cond_signal (&c->q.cond);
+}
+
 void
 rc_queue_job (struct rc_cache *c, ra_pgoff start, ra_pgoff count,
               bool async, struct rc_wait *wait, unsigned owner)
 {
   struct rc_job *j = job_new (c, start, count, async, wait, owner);
-  int refused;
 
-  if (!j)
-    return;
-  ACQUIRE_LOCK (&c->q.lock);
-  refused = enqueue (c, j);
-  RELEASE_LOCK (&c->q.lock);
-  if (refused)
-    give_up (c, j, refused);
-  else
-    pthread_cond_signal (&c->q.cond);
+  if (j)
+    place (c, j, NULL);
 }
 
 void
@@ -274,23 +292,9 @@ rc_park_job (struct rc_cache *c, ra_pgoff start, ra_pgoff count,
              unsigned owner, const void *token)
 {
   struct rc_job *j = job_new (c, start, count, true, NULL, owner);
-  int refused;
 
-  if (!j)
-    return;
-  ACQUIRE_LOCK (&c->q.lock);
-  /* A client that already waits for one of its pages has it queued. */
-  if (promote_pending (c, start, count))
-    refused = enqueue (c, j);
-  else if (!(refused = refusal (c, j))) {
-    j->parked = token;
-    jobs_append (&c->q.parked, j);
-  }
-  RELEASE_LOCK (&c->q.lock);
-  if (refused)
-    give_up (c, j, refused);
-  else
-    pthread_cond_signal (&c->q.cond);
+  if (j)
+    place (c, j, token);
 }
 
 void

@@ -13,7 +13,7 @@
  * it was given back earns its place and is kept as active.  (The other
  * bound on pages read once, the inactive reserve, is the cache's own:
  * drop_behind in src/pagecache.c, which marks the history here too.)
- * Calls take the shard locks through rc_pc_for_each_cached, which skips
+ * Calls take the shard locks through rc_pc_walk, which skips
  * the groups that hold no page (the cache's group_pages); the history
  * is atomics and takes no lock.
  */
@@ -101,7 +101,7 @@ void
 rc_pc_drop_behind (struct rc_pagecache *pc, ra_pgoff from, ra_pgoff to)
 {
   if (to > from)
-    rc_pc_for_each_cached (pc, from, to - from, drop_behind_one, NULL);
+    rc_pc_walk (pc, from, to - from, drop_behind_one, NULL, true);
 }
 
 ra_pgoff
@@ -143,7 +143,7 @@ rc_pc_read_around_ok (struct rc_pagecache *pc, ra_pgoff start,
     for (i = from; i < to; i += (ra_pgoff) 1 << GROUP_SHIFT)
       if (rc_pc_refault_test (pc, i))
         return false;
-  rc_pc_for_each_cached (pc, start, count, absent_one, &absent);
+  rc_pc_walk (pc, start, count, absent_one, &absent, true);
   return absent;
 }
 

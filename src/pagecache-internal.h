@@ -106,7 +106,7 @@ struct rc_pagecache {
    * groups that share a slot add up, so a zero says that no page of the
    * group is cached, read without the shard's lock.  Walks of ranges a
    * client read around the cache (drop-behind, the read-around test)
-   * skip such groups (rc_pc_for_each_cached) instead of looking up each
+   * skip such groups (rc_pc_walk's cached_only) instead of looking up each
    * of their pages under the lock.  NULL (out of memory): none skipped.
    */
   _Atomic uint32_t *group_pages;
@@ -169,22 +169,14 @@ lookup (struct shard *s, ra_pgoff index)
 
 /* Walk pages [start, start + count), calling fn on each with its shard
  * locked; consecutive pages of one shard take the lock once, and the
- * shard's waiters are woken when it is released.
+ * shard's waiters are woken when it is released.  cached_only: skip the
+ * groups that hold no page (group_pages), for fn that does nothing where
+ * no page is cached.
  */
-void rc_pc_for_each_page (struct rc_pagecache *pc, ra_pgoff start,
-                          ra_pgoff count,
-                          void (*fn) (struct rc_pagecache *, struct shard *,
-                                      ra_pgoff, void *),
-                          void *arg);
-
-/* The same, skipping the groups that hold no page (group_pages): for
- * fn that does nothing where no page is cached.
- */
-void rc_pc_for_each_cached (struct rc_pagecache *pc, ra_pgoff start,
-                            ra_pgoff count,
-                            void (*fn) (struct rc_pagecache *, struct shard *,
-                                        ra_pgoff, void *),
-                            void *arg);
+void rc_pc_walk (struct rc_pagecache *pc, ra_pgoff start, ra_pgoff count,
+                 void (*fn) (struct rc_pagecache *, struct shard *, ra_pgoff,
+                             void *),
+                 void *arg, bool cached_only);
 
 /* Remove p from shard s and free it (its memory slot and page struct
  * are kept for reuse).  Called with s->lock held.

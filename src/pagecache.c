@@ -506,13 +506,11 @@ rc_pc_insert (struct rc_pagecache *pc, ra_pgoff index, bool marker,
   return ok;
 }
 
-/* Walk pages [start, start + count), calling fn on each with its shard
- * locked; consecutive pages of one shard take the lock once.
- */
-static void
-walk (struct rc_pagecache *pc, ra_pgoff start, ra_pgoff count,
-      void (*fn) (struct rc_pagecache *, struct shard *, ra_pgoff, void *),
-      void *arg, bool cached_only)
+void
+rc_pc_walk (struct rc_pagecache *pc, ra_pgoff start, ra_pgoff count,
+            void (*fn) (struct rc_pagecache *, struct shard *, ra_pgoff,
+                        void *),
+            void *arg, bool cached_only)
 {
   ra_pgoff i = start, end = start + count;
 
@@ -539,25 +537,6 @@ walk (struct rc_pagecache *pc, ra_pgoff start, ra_pgoff count,
   }
 }
 
-void
-rc_pc_for_each_page (struct rc_pagecache *pc, ra_pgoff start,
-                     ra_pgoff count,
-                     void (*fn) (struct rc_pagecache *, struct shard *,
-                                 ra_pgoff, void *),
-                     void *arg)
-{
-  walk (pc, start, count, fn, arg, false);
-}
-
-void
-rc_pc_for_each_cached (struct rc_pagecache *pc, ra_pgoff start,
-                       ra_pgoff count,
-                       void (*fn) (struct rc_pagecache *, struct shard *,
-                                   ra_pgoff, void *),
-                       void *arg)
-{
-  walk (pc, start, count, fn, arg, true);
-}
 
 struct complete_arg {
   ra_pgoff start;
@@ -614,7 +593,7 @@ rc_pc_complete (struct rc_pagecache *pc, ra_pgoff start, ra_pgoff count,
   struct complete_arg a = { .start = start, .buf = buf, .len = len,
                             .err = err };
 
-  rc_pc_for_each_page (pc, start, count, complete_one, &a);
+  rc_pc_walk (pc, start, count, complete_one, &a, false);
 }
 
 void
@@ -624,7 +603,7 @@ rc_pc_complete_used (struct rc_pagecache *pc, ra_pgoff start,
   struct complete_arg a = { .start = start, .buf = buf, .len = len,
                             .used = true };
 
-  rc_pc_for_each_page (pc, start, count, complete_one, &a);
+  rc_pc_walk (pc, start, count, complete_one, &a, false);
 }
 
 struct run_arg {
@@ -655,7 +634,7 @@ rc_pc_run_data (struct rc_pagecache *pc, ra_pgoff start, ra_pgoff count)
 
   if (!pc->arena)
     return NULL;
-  rc_pc_for_each_page (pc, start, count, run_one, &a);
+  rc_pc_walk (pc, start, count, run_one, &a, false);
   return a.data;
 }
 
@@ -677,7 +656,7 @@ rc_pc_abandon (struct rc_pagecache *pc, ra_pgoff start, ra_pgoff count)
 {
   ra_pgoff removed = 0;
 
-  rc_pc_for_each_page (pc, start, count, abandon_one, &removed);
+  rc_pc_walk (pc, start, count, abandon_one, &removed, false);
   return removed;
 }
 
@@ -733,7 +712,7 @@ rc_pc_invalidate (struct rc_pagecache *pc, uint64_t offset, uint64_t count)
     }
     return;
   }
-  rc_pc_for_each_page (pc, first, last - first + 1, invalidate_one, NULL);
+  rc_pc_walk (pc, first, last - first + 1, invalidate_one, NULL, false);
 }
 
 /* A client copied up to date page p out: move it to the list it now
