@@ -301,6 +301,7 @@ void
 rc_unpark_jobs (struct rc_cache *c, const void *token)
 {
   struct rc_job **pj, *j, *refused = NULL;
+  unsigned queued = 0;
   int err = 0, r;
 
   ACQUIRE_LOCK (&c->q.lock);
@@ -317,9 +318,15 @@ rc_unpark_jobs (struct rc_cache *c, const void *token)
       j->next = refused;
       refused = j;
     }
+    else
+      queued++;
   }
   RELEASE_LOCK (&c->q.lock);
-  pthread_cond_signal (&c->q.cond);
+  /* A worker per job, as rc_queue_job wakes one per job: a worker does
+   * not wake another when it takes a job and more are queued.
+   */
+  while (queued-- > 0)
+    pthread_cond_signal (&c->q.cond);
   while ((j = refused) != NULL) {
     refused = j->next;
     give_up (c, j, err);

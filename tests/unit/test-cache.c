@@ -999,6 +999,32 @@ START_TEST (test_promote_many)
 }
 END_TEST
 
+/* Once a window's sync part is read, its async part's jobs go to the
+ * workers all at once: with the async part held at the gate, several of
+ * its reads wait there together (one worker woken for all of them would
+ * read them one after another).
+ */
+START_TEST (test_unparked_jobs_wake_workers)
+{
+  const uint64_t P = 4096;
+  struct rc_cache *c;
+  struct rc_stream *s;
+
+  struct fake *f = bed_fake (4 * MiB);
+  /* As test_promote_many: an async part of 32 jobs of 4 pages. */
+  c = mk_cache (f, OPTS (.mode = RA_MODE_KERNEL, .cache = 16 * MiB,
+                         .ra_max = 1 * MiB, .io_max = 16 * KiB));
+  s = rc_stream_new ();
+  fake_set_gate (f, true, 128 * P, 256 * P);
+  RD_OK (c, s, f, 0, 128 * P);
+  ck_assert_msg (fake_wait_blocked (f, 4),
+                 "the async part's jobs were not read side by side");
+  fake_set_gate (f, false, 0, 0);
+  ASSERT_IDLE (c);
+  rc_stream_free (s);
+}
+END_TEST
+
 /* A client waits for a page whose async read is already running (not
  * queued): once its wait is over, nothing of it is left to promote a
  * later async read of that page that nobody waits for.
@@ -2359,6 +2385,7 @@ cache_suite (void)
   tcase_add_test (tc, test_async_beside_others_sync);
   tcase_add_test (tc, test_yield_to_random);
   tcase_add_test (tc, test_promote_many);
+  tcase_add_test (tc, test_unparked_jobs_wake_workers);
   tcase_add_test (tc, test_drop_reads_around);
   tcase_add_test (tc, test_reordered_no_yield);
   tcase_add_test (tc, test_promote_not_stale);
