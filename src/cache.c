@@ -309,6 +309,20 @@ env_around (void *opaque, struct rc_trigger *t, int *err)
   return 0;
 }
 
+/* Hand a window's async batches to the workers: queued at once (token
+ * NULL), or parked under token while its sync part is read.
+ */
+static void
+queue_async (struct rc_cache *c, const struct rc_trigger *t,
+             const void *token)
+{
+  unsigned i;
+
+  for (i = 0; i < t->n; i++)
+    if (t->b[i].async)
+      rc_park_job (c, t->b[i].start, t->b[i].count, t->owner, token);
+}
+
 /* Issue the batches: sync ones read now, by this thread and (when there
  * are several) by workers in parallel, then async ones to the workers.
  * The first sync batches, when they lie one after the other inside the
@@ -320,22 +334,12 @@ env_around (void *opaque, struct rc_trigger *t, int *err)
  * (whether or not that read failed: its pages are in flight and must be
  * read or given up), so that it never shares the backend with the sync
  * read its client waits for; a window without a sync part (an async
- * trigger) is queued at once.  Until then its batches are parked
- * (rc_park_job): a client that meanwhile waits for one of their pages
+ * trigger) is queued at once.  While the sync part is read, the async
+ * batches are parked (rc_park_job): a client that meanwhile waits for one of their pages
  * (a deep client's next reads, such as nbdcopy's and qemu-img
  * convert's) has that batch read at once, among the sync jobs, instead
  * of after the sync read.
  */
-static void
-queue_async (struct rc_cache *c, const struct rc_trigger *t)
-{
-  unsigned i;
-
-  for (i = 0; i < t->n; i++)
-    if (t->b[i].async)
-      rc_queue_job (c, t->b[i].start, t->b[i].count, true, NULL, t->owner);
-}
-
 static int
 env_issue (void *opaque, struct rc_trigger *t, int *err)
 {
@@ -352,7 +356,7 @@ env_issue (void *opaque, struct rc_trigger *t, int *err)
     if (!t->b[i].async)
       first = i;
   if (first == -1) {
-    queue_async (c, t);
+    queue_async (c, t, NULL);
     return 0;
   }
 
@@ -366,9 +370,7 @@ env_issue (void *opaque, struct rc_trigger *t, int *err)
            batch_in_client_buf (c, rd, start, count + t->b[last + 1].count))
       count += t->b[++last].count;
 
-  for (i = 0; i < t->n; i++)
-    if (t->b[i].async)
-      rc_park_job (c, t->b[i].start, t->b[i].count, t->owner, t);
+  queue_async (c, t, t);
   for (i = last + 1; i < t->n; i++)
     if (!t->b[i].async) {
       if (nsync++ == 0)

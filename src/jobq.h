@@ -97,7 +97,8 @@ void rc_queue_job (struct rc_cache *c, ra_pgoff start, ra_pgoff count,
  * a client that comes to wait for one of its pages (a deep client's
  * next reads) has it queued among the sync jobs at once (rc_promote)
  * instead of waiting for the sync read and then for it.  Refused as
- * rc_queue_job refuses an async job.
+ * rc_queue_job refuses an async job.  token NULL: queued at once, as
+ * rc_queue_job (..., true, NULL, owner) would.
  */
 void rc_park_job (struct rc_cache *c, ra_pgoff start, ra_pgoff count,
                   unsigned owner, const void *token);

@@ -537,7 +537,6 @@ rc_pc_walk (struct rc_pagecache *pc, ra_pgoff start, ra_pgoff count,
   }
 }
 
-
 struct complete_arg {
   ra_pgoff start;
   const char *buf;
