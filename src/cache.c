@@ -335,10 +335,10 @@ queue_async (struct rc_cache *c, const struct rc_trigger *t,
  * read or given up), so that it never shares the backend with the sync
  * read its client waits for; a window without a sync part (an async
  * trigger) is queued at once.  While the sync part is read, the async
- * batches are parked (rc_park_job): a client that meanwhile waits for one of their pages
- * (a deep client's next reads, such as nbdcopy's and qemu-img
- * convert's) has that batch read at once, among the sync jobs, instead
- * of after the sync read.
+ * batches are parked (rc_park_job): a client that meanwhile waits for
+ * one of their pages (a deep client's next reads, such as nbdcopy's and
+ * qemu-img convert's) has that batch read at once, among the sync jobs,
+ * instead of after the sync read.
  */
 static int
 env_issue (void *opaque, struct rc_trigger *t, int *err)
