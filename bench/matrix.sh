@@ -20,8 +20,8 @@
 #   bench256k4     qemu-img bench -s 256K -d 4, sequential, the first
 #                  quarter of the image: a client of a few reads in
 #                  flight, less than a link's BDP (not in the defaults:
-#                  bench/RESULTS.md, "Covered clients" and "A probe
-#                  of the BDP")
+#                  bench/RESULTS.md, "Covered clients", "A probe
+#                  of the BDP" and "Covered but calm")
 #   fio4           fio (nbd engine), 4 jobs each reading its own quarter
 #                  of the first quarter of the image sequentially in
 #                  128 KiB reads, depth 1

@@ -27,6 +27,11 @@
  * every epoch, so that what is not seen again is forgotten).
  */
 #define LEVEL_MIN_SAMPLES 4
+/* A covered client whose reads have not queued since it was covered is
+ * not covered once the clients' sync reads have not queued for this many
+ * base latencies (the header, RC_CONG_WINDOW).
+ */
+#define CALM_BASES 8
 
 static unsigned
 size_class (uint64_t bytes)
@@ -71,7 +76,7 @@ estimate_slots (struct rc_cong *e)
 }
 
 static void
-publish (struct rc_cong *e)
+publish (struct rc_cong *e, uint64_t now_ns)
 {
   uint64_t base = UINT64_MAX, bdp = 0;
   double rate = e->rate_cur > e->rate_prev ? e->rate_cur : e->rate_prev;
@@ -93,6 +98,13 @@ publish (struct rc_cong *e)
                          memory_order_relaxed);
   atomic_store_explicit (&e->base_now_ns, base, memory_order_relaxed);
   atomic_store_explicit (&e->bdp_now_bytes, bdp, memory_order_relaxed);
+  atomic_store_explicit (&e->queued_now,
+                         e->sync_ratio > 0 && e->calm_since_ns == 0,
+                         memory_order_relaxed);
+  atomic_store_explicit (&e->calm_now_ns,
+                         e->calm_since_ns && now_ns > e->calm_since_ns
+                         ? now_ns - e->calm_since_ns : 0,
+                         memory_order_relaxed);
 }
 
 void
@@ -115,8 +127,10 @@ rc_cong_init (struct rc_cong *e, unsigned limit, bool learn, bool wait)
   e->floor_ratio = 1.0;
   e->slots = e->limit;
   e->qdelay_ns = 0;
+  e->sync_ratio = 0;
+  e->calm_since_ns = 0;
   e->samples = 0;
-  publish (e);
+  publish (e, 0);
 }
 
 void
@@ -157,8 +171,19 @@ rc_cong_sample (struct rc_cong *e, const struct rc_cong_sample *s)
   if (rate > e->rate_cur)
     e->rate_cur = rate;
 
-  if (s->sync)
+  if (s->sync) {
+    double floor = e->floor_ratio < FLOOR_MAX ? e->floor_ratio : FLOOR_MAX;
+
     e->qdelay_ns += ((double) (lat - base) - e->qdelay_ns) / 8;
+    if (e->sync_ratio == 0)
+      e->sync_ratio = r;
+    else
+      e->sync_ratio += (r - e->sync_ratio) / 8;
+    if (e->sync_ratio > floor * QUEUED_RATIO)
+      e->calm_since_ns = 0;
+    else if (e->calm_since_ns == 0)
+      e->calm_since_ns = s->end_ns ? s->end_ns : 1;
+  }
   e->samples++;
 
   /* The levels learn from the reads clients wait for: what speculation
@@ -178,7 +203,7 @@ rc_cong_sample (struct rc_cong *e, const struct rc_cong_sample *s)
       e->floor_ratio += (r - e->floor_ratio) / 16;
     estimate_slots (e);
   }
-  publish (e);
+  publish (e, s->end_ns);
 }
 
 enum rc_cong_answer
@@ -228,10 +253,22 @@ rc_cong_decide (const struct rc_cong *e, enum rc_cong_question q,
     if (e->learn) {
       bdp = atomic_load_explicit (&e->bdp_now_bytes, memory_order_relaxed);
       unsigned h = l->covered ? 1 : 0;     /* hysteresis: half */
+      uint64_t base, calm;
 
-      if (l->client_reads >= 2 && l->client_bytes >= l->window_bytes >> h &&
-          (l->client_bytes >= bdp >> h || l->all_client_bytes >= bdp >> 1))
+      if (l->client_reads < 2 || l->client_bytes < l->window_bytes >> h ||
+          (l->client_bytes < bdp >> h && l->all_client_bytes < bdp >> 1))
+        return RC_CONG_GO;
+      /* Covered.  Was it the backend that bounded it (its sync reads
+       * queued), or only distance (why: the header, RC_CONG_WINDOW)?
+       */
+      if ((l->covered && l->queue_seen) ||
+          atomic_load_explicit (&e->queued_now, memory_order_relaxed))
         return RC_CONG_COVERED;
+      base = atomic_load_explicit (&e->base_now_ns, memory_order_relaxed);
+      calm = atomic_load_explicit (&e->calm_now_ns, memory_order_relaxed);
+      if (bdp > 0 && base > 0 && calm >= CALM_BASES * base)
+        return RC_CONG_GO;
+      return RC_CONG_COVERED_CALM;
     }
     return RC_CONG_GO;
   }

@@ -344,6 +344,7 @@ async_may_start (struct rc_cache *c, struct rc_job *j)
   switch (rc_congestion (c, RC_CONG_ISSUE, &asked)) {
   case RC_CONG_GO:
   case RC_CONG_COVERED:
+  case RC_CONG_COVERED_CALM:
     return true;
   case RC_CONG_HOLD_LIMIT:
     if (!j->delayed) {

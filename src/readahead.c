@@ -172,6 +172,7 @@ ra_state_init (struct ra_state *ra)
   ra->ad = (struct ra_adapt) { 0 };
   ra->near = (struct ra_near) { 0 };
   ra->covered = false;
+  ra->queue_seen = false;
 }
 
 ra_pgoff

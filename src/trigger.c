@@ -365,12 +365,14 @@ decide_and_submit (struct rc_trigger_env *env, struct rc_trigger *t)
   uint64_t prev_pos = t->ra->prev_pos;
   struct rc_cong_load asked = {
     .client_reads = t->depth_reads, .client_bytes = t->depth_bytes,
-    .covered = t->ra->covered,
+    .covered = t->ra->covered, .queue_seen = t->ra->queue_seen,
   };
+  enum rc_cong_answer a;
 
   t->io = p->io_max;
-  t->ra->covered = env->ops->congestion (env->opaque, RC_CONG_WINDOW, &asked)
-    == RC_CONG_COVERED;
+  a = env->ops->congestion (env->opaque, RC_CONG_WINDOW, &asked);
+  t->ra->covered = a == RC_CONG_COVERED || a == RC_CONG_COVERED_CALM;
+  t->ra->queue_seen = a == RC_CONG_COVERED;
   if (t->ra->covered) {
     request_only = *p;
     request_only.ra_max = 0;

@@ -28,6 +28,8 @@
  *    stream's read-ahead may use the limit;
  *  - queueing delay: the smoothed latency above base of the clients'
  *    own (sync) reads: what speculation costs them;
+ *  - calm: whether the clients' sync reads queue (their smoothed r is
+ *    more than 1.25 times the floor), and for how long they have not;
  *  - bandwidth-delay product: the largest delivery rate seen (the bytes
  *    delivered while a read ran, in its latency, as BBR measures it;
  *    without that count, the bytes in flight when it was issued: Little's
@@ -70,6 +72,16 @@
  *    stays so down to half those bytes: its depth varies from read to
  *    read, and every uncovered trigger of a deep client starts a window
  *    of speculation it does not need.
+ *    Covered is COVERED once the clients' sync reads have queued while
+ *    the client was covered (the backend, not the client, is then the
+ *    bound), else COVERED_CALM; a client covered but calm stops being
+ *    covered once the sync reads have not queued for 8 base latencies.
+ *    Why: a client covered before anything read ahead (the BDP unknown,
+ *    ra-io-max alone) keeps only its own reads in flight, so the BDP
+ *    measured is its own depth, which it then covers for good (4 reads
+ *    of 256 KiB behind 20 ms at 1 Gbit/s, at the speed of no filter in
+ *    3 runs of 12).  Its reads run at their base latency: the backend
+ *    has room, the client waits on distance alone.
  *  - RC_CONG_KEEP / RC_CONG_EARLY: may a window just decided keep its
  *    async part (KEEP, at submit; with ra-congestion=skip the fixed
  *    threshold of reads running and queued drops it, as the kernel's
@@ -103,6 +115,9 @@ struct rc_cong {
   double floor_ratio;           /* smoothed r of reads that ran alone */
   unsigned slots;
   double qdelay_ns;             /* smoothed, sync reads */
+  double sync_ratio;            /* smoothed r of sync reads (0: none yet) */
+  uint64_t calm_since_ns;       /* when sync_ratio last fell to the floor
+                                 * (0: it queues, or no sync read yet) */
   uint64_t samples;
 
   /* Published for rc_cong_decide and the stats (any thread). */
@@ -110,6 +125,8 @@ struct rc_cong {
   _Atomic uint64_t qdelay_now_ns;
   _Atomic uint64_t base_now_ns;  /* smallest base latency of any class */
   _Atomic uint64_t bdp_now_bytes; /* 0: not known yet */
+  _Atomic bool queued_now;       /* sync reads queue (sync_ratio) */
+  _Atomic uint64_t calm_now_ns;  /* for how long they have not */
 };
 
 /* One completed backend read. */
@@ -141,6 +158,9 @@ struct rc_cong_load {
   bool covered;                 /* WINDOW: the client was covered at its
                                  * last trigger (it stays so down to half
                                  * of what it takes to become so) */
+  bool queue_seen;              /* WINDOW: ... and the clients' sync
+                                 * reads have queued while it was (the
+                                 * caller keeps it: RC_CONG_COVERED) */
 };
 
 enum rc_cong_question {
@@ -154,7 +174,11 @@ enum rc_cong_answer {
   RC_CONG_GO = 0,
   RC_CONG_HOLD_LIMIT,           /* the fixed threshold */
   RC_CONG_HOLD_ESTIMATE,        /* the learned slots are in use */
-  RC_CONG_COVERED,              /* the client's reads cover the BDP */
+  RC_CONG_COVERED,              /* the client's reads cover the BDP,
+                                 * and the clients' sync reads queue or
+                                 * have queued while it was covered */
+  RC_CONG_COVERED_CALM,         /* they cover it, but no sync read has
+                                 * queued since it was first covered */
 };
 
 /* limit: the fixed threshold (>= 1); learn: use the estimate (adaptive

@@ -128,6 +128,8 @@ struct ra_state {
                          * is NULL */
   bool covered;         /* its last trigger found the client's own reads
                          * covering the backend (src/trigger.c) */
+  bool queue_seen;      /* ... and the clients' sync reads had queued
+                         * while it was covered (RC_CONG_COVERED) */
 };
 
 /* Engine parameters.  Sizes in pages except where said. */

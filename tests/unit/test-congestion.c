@@ -322,13 +322,15 @@ START_TEST (test_decide_rules)
   /* The BDP rule: a client whose own reads in flight cover the BDP and
    * ra-max keeps no async part.  1 MiB in 1.1 ms with 8 in flight: about
    * 7.6 GB/s x 1 ms (4 KiB reads alone) = about 8 MiB.  Before the BDP
-   * is known, ra-max alone.
+   * is known, ra-max alone.  Covered, but calm: no sync read here
+   * queues (test_covered_calm has the difference).
    */
   l.client_bytes = 12 << 20;
   l.client_reads = 8;
   l.window_bytes = 8 << 20;
   l.executing = 0;
-  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l), RC_CONG_COVERED);
+  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l),
+                    RC_CONG_COVERED_CALM);
   l.client_bytes = UINT64_C (64) << 20;
   for (i = 0; i < 16; i++) {
     s.start_ns = i * 10 * MS;
@@ -338,7 +340,8 @@ START_TEST (test_decide_rules)
     s.inflight_bytes = i % 2 ? 4096 : 8 << 20;
     rc_cong_sample (&a, &s);
   }
-  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l), RC_CONG_COVERED);
+  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l),
+                    RC_CONG_COVERED_CALM);
   ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_KEEP, &l), RC_CONG_GO);
   l.client_reads = 1;             /* one read at a time: never covered */
   ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l), RC_CONG_GO);
@@ -352,12 +355,14 @@ START_TEST (test_decide_rules)
    * connections, each with a few reads in flight).
    */
   l.all_client_bytes = UINT64_C (12) << 20;
-  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l), RC_CONG_COVERED);
+  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l),
+                    RC_CONG_COVERED_CALM);
   /* Half the BDP is enough for them together (the BDP measured
    * includes speculation in flight), not less.
    */
   l.all_client_bytes = 5 << 20;
-  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l), RC_CONG_COVERED);
+  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l),
+                    RC_CONG_COVERED_CALM);
   l.all_client_bytes = 3 << 20;
   ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l), RC_CONG_GO);
   l.all_client_bytes = UINT64_C (12) << 20;
@@ -367,7 +372,8 @@ START_TEST (test_decide_rules)
    * stay so (not less).
    */
   l.covered = true;
-  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l), RC_CONG_COVERED);
+  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l),
+                    RC_CONG_COVERED_CALM);
   l.client_bytes = 1 << 20;
   ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l), RC_CONG_GO);
   l.covered = false;
@@ -444,6 +450,83 @@ START_TEST (test_bdp_delivered)
 }
 END_TEST
 
+/* The trap of a client covered before the BDP is known: its own 4 reads
+ * of 256 KiB, 20 ms away, are all that is in flight, so the BDP measured
+ * is its own depth.  While their latency is their base latency (nothing
+ * queues) it stays covered for 8 base latencies, not longer; once its
+ * sync reads queue it is covered for good (the caller keeps queue_seen).
+ */
+static void
+sync_reads (struct rc_cong *e, uint64_t *t, unsigned n, uint64_t lat)
+{
+  struct rc_cong_sample s = { 0 };
+  unsigned i;
+
+  for (i = 0; i < n; i++) {
+    s.start_ns = *t;
+    s.end_ns = *t + lat;
+    s.bytes = 256 << 10;
+    s.inflight = 4;
+    s.inflight_bytes = 1 << 20;
+    s.delivered_bytes = 1 << 20;
+    s.sync = true;
+    rc_cong_sample (e, &s);
+    *t += 5 * MS;               /* 4 in flight: one ends every 5 ms */
+  }
+}
+
+START_TEST (test_covered_calm)
+{
+  struct rc_cong e;
+  struct rc_cong_estimate est;
+  struct rc_cong_load l = {
+    .client_reads = 4, .client_bytes = 1 << 20, .all_client_bytes = 1 << 20,
+    .window_bytes = 1 << 20,
+  };
+  uint64_t t = MS;
+
+  rc_cong_init (&e, 64, true, false);
+  /* Nothing measured: covered by ra-io-max alone, but not as a client
+   * the backend bounds.
+   */
+  ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l),
+                    RC_CONG_COVERED_CALM);
+  l.covered = true;
+  /* 8 reads in 40 ms at their base latency: the BDP is its own 1 MiB,
+   * which it covers; calm for 35 ms, less than 8 x 20 ms.
+   */
+  sync_reads (&e, &t, 8, 20 * MS);
+  rc_cong_get (&e, &est);
+  ck_assert_uint_eq (est.bdp_bytes, 1 << 20);
+  ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l),
+                    RC_CONG_COVERED_CALM);
+  /* 160 ms calm: not covered any more (with or without hysteresis). */
+  sync_reads (&e, &t, 25, 20 * MS);
+  ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l), RC_CONG_GO);
+  l.covered = false;
+  ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l), RC_CONG_GO);
+  /* ... unless its reads queued while it was covered: the backend bounds
+   * it then, calm or not.
+   */
+  l.covered = true;
+  l.queue_seen = true;
+  ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l), RC_CONG_COVERED);
+  /* Sync reads that take twice their base latency queue: covered, and
+   * the caller remembers it.
+   */
+  l.queue_seen = false;
+  sync_reads (&e, &t, 16, 40 * MS);
+  ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l), RC_CONG_COVERED);
+  /* Calm again, but for less than 8 base latencies: covered, calm. */
+  sync_reads (&e, &t, 24, 20 * MS);
+  ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l),
+                    RC_CONG_COVERED_CALM);
+  /* Kernel mode measures nothing: never covered. */
+  rc_cong_init (&e, 64, false, false);
+  ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l), RC_CONG_GO);
+}
+END_TEST
+
 static Suite *
 congestion_suite (void)
 {
@@ -455,6 +538,7 @@ congestion_suite (void)
   tcase_add_test (tc, test_fast_never_congested);
   tcase_add_test (tc, test_decide_rules);
   tcase_add_test (tc, test_bdp_delivered);
+  tcase_add_test (tc, test_covered_calm);
   suite_add_tcase (s, tc);
   return s;
 }
