@@ -28,8 +28,8 @@
  */
 #define LEVEL_MIN_SAMPLES 4
 /* A covered client whose reads have not queued since it was covered is
- * not covered once the clients' sync reads have not queued for this many
- * base latencies (the header, RC_CONG_WINDOW).
+ * let go once the clients' sync reads have not queued for this many base
+ * latencies while it was covered (the header, RC_CONG_WINDOW).
  */
 #define CALM_BASES 8
 
@@ -76,7 +76,7 @@ estimate_slots (struct rc_cong *e)
 }
 
 static void
-publish (struct rc_cong *e, uint64_t now_ns)
+publish (struct rc_cong *e)
 {
   uint64_t base = UINT64_MAX, bdp = 0;
   double rate = e->rate_cur > e->rate_prev ? e->rate_cur : e->rate_prev;
@@ -101,9 +101,7 @@ publish (struct rc_cong *e, uint64_t now_ns)
   atomic_store_explicit (&e->queued_now,
                          e->sync_ratio > 0 && e->calm_since_ns == 0,
                          memory_order_relaxed);
-  atomic_store_explicit (&e->calm_now_ns,
-                         e->calm_since_ns && now_ns > e->calm_since_ns
-                         ? now_ns - e->calm_since_ns : 0,
+  atomic_store_explicit (&e->calm_from_ns, e->calm_since_ns,
                          memory_order_relaxed);
 }
 
@@ -130,7 +128,7 @@ rc_cong_init (struct rc_cong *e, unsigned limit, bool learn, bool wait)
   e->sync_ratio = 0;
   e->calm_since_ns = 0;
   e->samples = 0;
-  publish (e, 0);
+  publish (e);
 }
 
 void
@@ -203,7 +201,7 @@ rc_cong_sample (struct rc_cong *e, const struct rc_cong_sample *s)
       e->floor_ratio += (r - e->floor_ratio) / 16;
     estimate_slots (e);
   }
-  publish (e, s->end_ns);
+  publish (e);
 }
 
 enum rc_cong_answer
@@ -253,7 +251,7 @@ rc_cong_decide (const struct rc_cong *e, enum rc_cong_question q,
     if (e->learn) {
       bdp = atomic_load_explicit (&e->bdp_now_bytes, memory_order_relaxed);
       unsigned h = l->covered ? 1 : 0;     /* hysteresis: half */
-      uint64_t base, calm;
+      uint64_t base, from;
 
       if (l->client_reads < 2 || l->client_bytes < l->window_bytes >> h ||
           (l->client_bytes < bdp >> h && l->all_client_bytes < bdp >> 1))
@@ -265,9 +263,12 @@ rc_cong_decide (const struct rc_cong *e, enum rc_cong_question q,
           atomic_load_explicit (&e->queued_now, memory_order_relaxed))
         return RC_CONG_COVERED;
       base = atomic_load_explicit (&e->base_now_ns, memory_order_relaxed);
-      calm = atomic_load_explicit (&e->calm_now_ns, memory_order_relaxed);
-      if (bdp > 0 && base > 0 && calm >= CALM_BASES * base)
-        return RC_CONG_GO;
+      from = atomic_load_explicit (&e->calm_from_ns, memory_order_relaxed);
+      if (from > 0 && l->covered_since_ns > from)
+        from = l->covered_since_ns;   /* calm while covered */
+      if (bdp > 0 && base > 0 && from > 0 && l->covered_since_ns > 0 &&
+          l->now_ns > from && l->now_ns - from >= CALM_BASES * base)
+        return RC_CONG_UNCOVERED_CALM;
       return RC_CONG_COVERED_CALM;
     }
     return RC_CONG_GO;

@@ -345,6 +345,7 @@ async_may_start (struct rc_cache *c, struct rc_job *j)
   case RC_CONG_GO:
   case RC_CONG_COVERED:
   case RC_CONG_COVERED_CALM:
+  case RC_CONG_UNCOVERED_CALM:
     return true;
   case RC_CONG_HOLD_LIMIT:
     if (!j->delayed) {

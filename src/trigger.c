@@ -366,12 +366,23 @@ decide_and_submit (struct rc_trigger_env *env, struct rc_trigger *t)
   struct rc_cong_load asked = {
     .client_reads = t->depth_reads, .client_bytes = t->depth_bytes,
     .covered = t->ra->covered, .queue_seen = t->ra->queue_seen,
+    .covered_since_ns = t->ra->covered_since_ns,
+    .now_ns = env->ops->now_ns ? env->ops->now_ns (env->opaque) : 0,
   };
   enum rc_cong_answer a;
 
   t->io = p->io_max;
   a = env->ops->congestion (env->opaque, RC_CONG_WINDOW, &asked);
-  t->ra->covered = a == RC_CONG_COVERED || a == RC_CONG_COVERED_CALM;
+  if (a == RC_CONG_COVERED || a == RC_CONG_COVERED_CALM) {
+    if (t->ra->covered_since_ns == 0)
+      t->ra->covered_since_ns = asked.now_ns;
+    t->ra->covered = true;
+  }
+  else {
+    t->ra->covered = false;
+    if (a != RC_CONG_UNCOVERED_CALM)
+      t->ra->covered_since_ns = 0;
+  }
   t->ra->queue_seen = a == RC_CONG_COVERED;
   if (t->ra->covered) {
     request_only = *p;

@@ -29,7 +29,7 @@
  *  - queueing delay: the smoothed latency above base of the clients'
  *    own (sync) reads: what speculation costs them;
  *  - calm: whether the clients' sync reads queue (their smoothed r is
- *    more than 1.25 times the floor), and for how long they have not;
+ *    more than 1.25 times the floor), and since when they have not;
  *  - bandwidth-delay product: the largest delivery rate seen (the bytes
  *    delivered while a read ran, in its latency, as BBR measures it;
  *    without that count, the bytes in flight when it was issued: Little's
@@ -75,7 +75,13 @@
  *    Covered is COVERED once the clients' sync reads have queued while
  *    the client was covered (the backend, not the client, is then the
  *    bound), else COVERED_CALM; a client covered but calm stops being
- *    covered once the sync reads have not queued for 8 base latencies.
+ *    covered once the sync reads have not queued for 8 base latencies
+ *    while it was covered (calm before it was, as while qemu-img reads
+ *    a qcow2 image's tables one at a time, does not count): then
+ *    UNCOVERED_CALM, which reads ahead as GO and goes on doing so while
+ *    the calm lasts (the caller keeps covered_since_ns; a client let go
+ *    for one window only, then covered again, was trapped in 1 run of
+ *    12).
  *    Why: a client covered before anything read ahead (the BDP unknown,
  *    ra-io-max alone) keeps only its own reads in flight, so the BDP
  *    measured is its own depth, which it then covers for good (4 reads
@@ -126,7 +132,8 @@ struct rc_cong {
   _Atomic uint64_t base_now_ns;  /* smallest base latency of any class */
   _Atomic uint64_t bdp_now_bytes; /* 0: not known yet */
   _Atomic bool queued_now;       /* sync reads queue (sync_ratio) */
-  _Atomic uint64_t calm_now_ns;  /* for how long they have not */
+  _Atomic uint64_t calm_from_ns; /* since when they have not (0: they
+                                 * do, or none yet) */
 };
 
 /* One completed backend read. */
@@ -161,6 +168,10 @@ struct rc_cong_load {
   bool queue_seen;              /* WINDOW: ... and the clients' sync
                                  * reads have queued while it was (the
                                  * caller keeps it: RC_CONG_COVERED) */
+  uint64_t covered_since_ns;    /* WINDOW: since when it has been covered
+                                 * or let go calm (0: neither, or no
+                                 * clock) */
+  uint64_t now_ns;              /* WINDOW: the clock (rc_now_ns; 0: none) */
 };
 
 enum rc_cong_question {
@@ -179,6 +190,9 @@ enum rc_cong_answer {
                                  * have queued while it was covered */
   RC_CONG_COVERED_CALM,         /* they cover it, but no sync read has
                                  * queued since it was first covered */
+  RC_CONG_UNCOVERED_CALM,       /* they cover it, but none has queued
+                                 * for 8 base latencies since: GO (the
+                                 * caller keeps covered_since_ns) */
 };
 
 /* limit: the fixed threshold (>= 1); learn: use the estimate (adaptive

@@ -130,6 +130,8 @@ struct ra_state {
                          * covering the backend (src/trigger.c) */
   bool queue_seen;      /* ... and the clients' sync reads had queued
                          * while it was covered (RC_CONG_COVERED) */
+  uint64_t covered_since_ns; /* ... since when, or since when it was
+                         * covered before being let go calm (0: neither) */
 };
 
 /* Engine parameters.  Sizes in pages except where said. */

@@ -453,8 +453,9 @@ END_TEST
 /* The trap of a client covered before the BDP is known: its own 4 reads
  * of 256 KiB, 20 ms away, are all that is in flight, so the BDP measured
  * is its own depth.  While their latency is their base latency (nothing
- * queues) it stays covered for 8 base latencies, not longer; once its
- * sync reads queue it is covered for good (the caller keeps queue_seen).
+ * queues) it stays covered for 8 base latencies of that calm while it is
+ * covered, not longer; once its sync reads queue it is covered for good
+ * (the caller keeps queue_seen).
  */
 static void
 sync_reads (struct rc_cong *e, uint64_t *t, unsigned n, uint64_t lat)
@@ -489,26 +490,54 @@ START_TEST (test_covered_calm)
   /* Nothing measured: covered by ra-io-max alone, but not as a client
    * the backend bounds.
    */
+  l.now_ns = t;
   ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l),
                     RC_CONG_COVERED_CALM);
   l.covered = true;
+  l.covered_since_ns = t;
   /* 8 reads in 40 ms at their base latency: the BDP is its own 1 MiB,
    * which it covers; calm for 35 ms, less than 8 x 20 ms.
    */
   sync_reads (&e, &t, 8, 20 * MS);
   rc_cong_get (&e, &est);
   ck_assert_uint_eq (est.bdp_bytes, 1 << 20);
+  l.now_ns = t;
   ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l),
                     RC_CONG_COVERED_CALM);
-  /* 160 ms calm: not covered any more (with or without hysteresis). */
-  sync_reads (&e, &t, 25, 20 * MS);
-  ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l), RC_CONG_GO);
+  /* 160 ms calm while covered (from the end of its first read): not
+   * covered any more.
+   */
+  sync_reads (&e, &t, 30, 20 * MS);
+  l.now_ns = t;
+  ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l),
+                    RC_CONG_UNCOVERED_CALM);
+  /* ... and at its next trigger too, while the calm lasts (the caller
+   * keeps covered_since_ns).
+   */
   l.covered = false;
-  ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l), RC_CONG_GO);
+  ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l),
+                    RC_CONG_UNCOVERED_CALM);
+  l.covered = true;
+  /* Calm before it was covered does not count: a client covered just
+   * now is covered (calm) for 8 base latencies, then not.
+   */
+  l.covered_since_ns = t - 100 * MS;
+  ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l),
+                    RC_CONG_COVERED_CALM);
+  l.covered_since_ns = 0;       /* covered just now: the caller's clock */
+  ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l),
+                    RC_CONG_COVERED_CALM);
+  l.covered_since_ns = t - 160 * MS;
+  ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l),
+                    RC_CONG_UNCOVERED_CALM);
+  /* Without a clock, never let go. */
+  l.now_ns = 0;
+  ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l),
+                    RC_CONG_COVERED_CALM);
+  l.now_ns = t;
   /* ... unless its reads queued while it was covered: the backend bounds
    * it then, calm or not.
    */
-  l.covered = true;
   l.queue_seen = true;
   ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l), RC_CONG_COVERED);
   /* Sync reads that take twice their base latency queue: covered, and
@@ -516,9 +545,11 @@ START_TEST (test_covered_calm)
    */
   l.queue_seen = false;
   sync_reads (&e, &t, 16, 40 * MS);
+  l.now_ns = t;
   ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l), RC_CONG_COVERED);
   /* Calm again, but for less than 8 base latencies: covered, calm. */
   sync_reads (&e, &t, 24, 20 * MS);
+  l.now_ns = t;
   ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l),
                     RC_CONG_COVERED_CALM);
   /* Kernel mode measures nothing: never covered. */
