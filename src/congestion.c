@@ -262,14 +262,15 @@ rc_cong_decide (const struct rc_cong *e, enum rc_cong_question q,
       if ((l->covered && l->queue_seen) ||
           atomic_load_explicit (&e->queued_now, memory_order_relaxed))
         return RC_CONG_COVERED;
+      /* Calm, and covered since: for how long both? */
       base = atomic_load_explicit (&e->base_now_ns, memory_order_relaxed);
       from = atomic_load_explicit (&e->calm_from_ns, memory_order_relaxed);
-      if (from > 0 && l->covered_since_ns > from)
-        from = l->covered_since_ns;   /* calm while covered */
-      if (bdp > 0 && base > 0 && from > 0 && l->covered_since_ns > 0 &&
-          l->now_ns > from && l->now_ns - from >= CALM_BASES * base)
-        return RC_CONG_UNCOVERED_CALM;
-      return RC_CONG_COVERED_CALM;
+      if (bdp == 0 || base == 0 || from == 0 || l->covered_since_ns == 0)
+        return RC_CONG_COVERED_CALM;
+      if (l->covered_since_ns > from)
+        from = l->covered_since_ns;
+      return l->now_ns > from && l->now_ns - from >= CALM_BASES * base
+        ? RC_CONG_UNCOVERED_CALM : RC_CONG_COVERED_CALM;
     }
     return RC_CONG_GO;
   }
