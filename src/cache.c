@@ -324,21 +324,25 @@ queue_async (struct rc_cache *c, const struct rc_trigger *t,
 }
 
 /* Issue the batches: sync ones read now, by this thread and (when there
- * are several) by workers in parallel, then async ones to the workers.
- * The first sync batches, when they lie one after the other inside the
+ * are several) by workers in parallel, async ones by the workers.  The
+ * first sync batches, when they lie one after the other inside the
  * client's buffer, are one backend read straight into it, however many
  * io_max batches they are: a client's 2M read is one 2M backend read,
  * as without the filter, not 1M here and 1M through a worker.  (The
- * glue still splits it at the backend's own maximum block size.)  A
- * window's async part is queued once its sync part has been read
- * (whether or not that read failed: its pages are in flight and must be
- * read or given up), so that it never shares the backend with the sync
- * read its client waits for; a window without a sync part (an async
- * trigger) is queued at once.  While the sync part is read, the async
- * batches are parked (rc_park_job): a client that meanwhile waits for
- * one of their pages (a deep client's next reads, such as nbdcopy's and
- * qemu-img convert's) has that batch read at once, among the sync jobs,
- * instead of after the sync read.
+ * glue still splits it at the backend's own maximum block size.)
+ *
+ * A window's async part is queued at once, beside its sync part: behind
+ * a distant backend, waiting for the sync read costs the async part a
+ * whole round trip at every sync trigger.  Only while the clients' sync
+ * reads queue at the backend (the BESIDE congestion question) does it
+ * wait until the sync part has been read (whether or not that read
+ * failed: its pages are in flight and must be read or given up), so
+ * that it does not share a backend that bounds them with the sync read
+ * its client waits for.  Meanwhile the async batches are parked
+ * (rc_park_job): a client that waits for one of their pages (a deep
+ * client's next reads, such as nbdcopy's and qemu-img convert's) has
+ * that batch read at once, among the sync jobs, instead of after the
+ * sync read.
  */
 static int
 env_issue (void *opaque, struct rc_trigger *t, int *err)
@@ -370,7 +374,12 @@ env_issue (void *opaque, struct rc_trigger *t, int *err)
            batch_in_client_buf (c, rd, start, count + t->b[last + 1].count))
       count += t->b[++last].count;
 
-  queue_async (c, t, t);
+  {
+    const struct rc_cong_load beside = { .client_reads = t->depth_reads };
+
+    queue_async (c, t, rc_congestion (c, RC_CONG_BESIDE, &beside)
+                 == RC_CONG_GO ? NULL : t);
+  }
   for (i = last + 1; i < t->n; i++)
     if (!t->b[i].async) {
       if (nsync++ == 0)

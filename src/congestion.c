@@ -273,6 +273,12 @@ rc_cong_decide (const struct rc_cong *e, enum rc_cong_question q,
         ? RC_CONG_UNCOVERED_CALM : RC_CONG_COVERED_CALM;
     }
     return RC_CONG_GO;
+
+  case RC_CONG_BESIDE:
+    /* Why not for a deep client: the header, RC_CONG_BESIDE. */
+    return l->client_reads < 2 &&
+      !atomic_load_explicit (&e->queued_now, memory_order_relaxed)
+      ? RC_CONG_GO : RC_CONG_HOLD_ESTIMATE;
   }
   return RC_CONG_GO;
 }

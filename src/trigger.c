@@ -18,7 +18,8 @@
  *   6. keep or drop: the async part is dropped (its pages removed, the
  *      stream state shrunk: ra_drop_async) when the KEEP congestion
  *      question says so or nobody could read it;
- *   7. issue: the user reads the sync batches, then the async ones.
+ *   7. issue: the user reads the sync batches and has the async ones
+ *      read beside them (or after them: the BESIDE congestion question).
  *
  * Steps 1 to 6 run under the stream's lock, step 7 without it.
  */

@@ -54,8 +54,8 @@
  *    hold it back by themselves (they count among the reads running):
  *    a random reader that always has a read in flight would let
  *    speculation out only at the instants its reads end, each time
- *    together with its next read.  A window's own async part is queued
- *    after its sync part has been read (src/cache.c, issue_batches).
+ *    together with its next read.  A window's own async part waits for
+ *    its sync part only as BESIDE says.
  *  - RC_CONG_WINDOW: may a client's trigger have a window beyond its
  *    request at all?  With learning, not when the client keeps several
  *    reads in flight, at least window_bytes of them (one largest
@@ -94,6 +94,17 @@
  *    FUSE rule does), or may an early window be started at all (EARLY:
  *    not when its reads would reach the threshold)?  The same in both
  *    modes.
+ *  - RC_CONG_BESIDE: may a window's async part be queued beside its own
+ *    sync part, or must it wait until the sync part has been read?
+ *    Beside (GO) for a client of one read at a time (client_reads < 2),
+ *    unless the clients' sync reads queue now (HOLD_ESTIMATE): then the
+ *    backend, not distance, bounds them, and the sync read would share
+ *    it with the async part.  For such a client waiting costs a whole
+ *    backend round trip at every sync trigger (behind 20 ms a stream's
+ *    first window started its async part 20 ms late); a client with
+ *    more reads in flight asks for the async part's pages at once and
+ *    has them read among the sync reads anyway (promoted), and reading
+ *    the rest beside its sync reads only adds to them.
  */
 #ifndef RACACHE_CONGESTION_H
 #define RACACHE_CONGESTION_H
@@ -179,6 +190,8 @@ enum rc_cong_question {
   RC_CONG_KEEP,                 /* a window keeps its async part */
   RC_CONG_EARLY,                /* an early async trigger is taken */
   RC_CONG_WINDOW,               /* a trigger reads beyond its request */
+  RC_CONG_BESIDE,               /* a window's async part starts beside
+                                 * its sync part */
 };
 
 enum rc_cong_answer {

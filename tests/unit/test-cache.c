@@ -24,6 +24,7 @@
 
 #include "racache/cache.h"
 #include "racache/config.h"
+#include "racache/congestion.h"
 #include "racache/pagecache.h"
 #include "racache/readahead.h"
 #include "racache/stats.h"
@@ -786,9 +787,63 @@ logged_soon (struct fake *f, uint64_t lo, uint64_t hi)
   return false;
 }
 
-/* A window's async part is queued once its own sync part has been
- * read: while the client's sync read is held, its async part (pages
- * 4-7 of the first window) is not read; after it, it is.
+/* Make the clients' sync reads queue (the estimator's queued_now):
+ * two random 16K reads at the fake's speed set their base latency, a
+ * third that takes 20 ms is far above it.  Far from the tests' windows.
+ */
+static void
+sync_reads_queue (struct rc_cache *c, struct fake *f)
+{
+  struct rc_stream *r = rc_stream_new ();
+  struct rc_cong_estimate est;
+  long delay = f->delay_ns;
+
+  f->delay_ns = 0;
+  RD_OK (c, r, f, 3 * MiB, 16 * KiB);
+  RD_OK (c, r, f, 3 * MiB + 256 * KiB, 16 * KiB);
+  f->delay_ns = 20000000;
+  RD_OK (c, r, f, 3 * MiB + 512 * KiB, 16 * KiB);
+  f->delay_ns = delay;
+  rc_cache_congestion (c, &est);
+  ck_assert_uint_gt (est.queue_delay_ns, 1000000);
+  rc_stream_free (r);
+}
+
+/* While the clients' sync reads do not queue (here: nothing measured
+ * yet), a window's async part is read beside its sync part: while the
+ * client's sync read is held, its async part (pages 4-7 of the first
+ * window) is read.
+ */
+START_TEST (test_async_beside_own_sync)
+{
+  const uint64_t P = 4096;
+  struct rc_cache *c;
+  struct rc_stream *s;
+  struct bg_read b;
+
+  struct fake *f = bed_fake (4 * MiB);
+  c = mk_cache (f, OPTS ());
+  s = rc_stream_new ();
+  fake_set_gate (f, true, 0, 4 * P);
+  bg_read_start (&b, c, s, f, 0, 16 * KiB);
+  ck_assert (fake_wait_blocked (f, 1));
+  ck_assert_msg (logged_soon (f, 4 * P, 8 * P),
+                 "the async part waited for its own sync part");
+  fake_set_gate (f, false, 0, 0);
+  bg_read_join (&b);
+  ck_assert_int_eq (b.r, 0);
+  check_now (f, b.buf, b.off, b.len);
+  free (b.buf);
+  ck_assert_uint_eq (ST (c, windows[RA_A_INITIAL]), 1);
+  ASSERT_IDLE (c);
+  rc_stream_free (s);
+}
+END_TEST
+
+/* While the clients' sync reads queue, a window's async part is queued
+ * once its own sync part has been read: while the client's sync read is
+ * held, its async part (pages 4-7 of the first window) is not read;
+ * after it, it is.
  */
 START_TEST (test_async_after_own_sync)
 {
@@ -799,6 +854,7 @@ START_TEST (test_async_after_own_sync)
 
   struct fake *f = bed_fake (4 * MiB);
   c = mk_cache (f, OPTS ());
+  sync_reads_queue (c, f);
   s = rc_stream_new ();
   fake_set_gate (f, true, 0, 4 * P);
   bg_read_start (&b, c, s, f, 0, 16 * KiB);
@@ -968,6 +1024,7 @@ START_TEST (test_promote_many)
    */
   c = mk_cache (f, OPTS (.mode = RA_MODE_KERNEL, .cache = 16 * MiB,
                          .ra_max = 1 * MiB, .io_max = 16 * KiB));
+  sync_reads_queue (c, f);      /* so that the async part is parked */
   s = rc_stream_new ();
   fake_set_gate (f, true, 0, 128 * P);
   bg_read_start (&a, c, s, f, 0, 128 * P);
@@ -1014,6 +1071,7 @@ START_TEST (test_unparked_jobs_wake_workers)
   /* As test_promote_many: an async part of 32 jobs of 4 pages. */
   c = mk_cache (f, OPTS (.mode = RA_MODE_KERNEL, .cache = 16 * MiB,
                          .ra_max = 1 * MiB, .io_max = 16 * KiB));
+  sync_reads_queue (c, f);      /* so that the async part is parked */
   s = rc_stream_new ();
   fake_set_gate (f, true, 128 * P, 256 * P);
   RD_OK (c, s, f, 0, 128 * P);
@@ -2381,6 +2439,7 @@ cache_suite (void)
   tcase_add_test (tc, test_congestion_slow);
   tcase_add_test (tc, test_congestion_wait);
   tcase_add_test (tc, test_closed_stream_drops_queued_async);
+  tcase_add_test (tc, test_async_beside_own_sync);
   tcase_add_test (tc, test_async_after_own_sync);
   tcase_add_test (tc, test_async_beside_others_sync);
   tcase_add_test (tc, test_yield_to_random);

@@ -558,6 +558,39 @@ START_TEST (test_covered_calm)
 }
 END_TEST
 
+/* A window's async part starts beside its own sync part for a client of
+ * one read at a time, unless the clients' sync reads queue now: at first
+ * (nothing measured), and with sync reads at their base latency, beside;
+ * once they take twice it, after the sync part; calm again, beside
+ * again.  In both modes (the estimator measures in kernel mode too).  A
+ * client of two reads in flight: after the sync part.
+ */
+START_TEST (test_async_beside_sync)
+{
+  struct rc_cong e;
+  const struct rc_cong_load l = { .client_reads = 1 };
+  const struct rc_cong_load deep = { .client_reads = 2 };
+  uint64_t t = MS;
+  bool learn;
+
+  for (learn = false; ; learn = true) {
+    rc_cong_init (&e, 64, learn, false);
+    ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_BESIDE, &l), RC_CONG_GO);
+    ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_BESIDE, &deep),
+                      RC_CONG_HOLD_ESTIMATE);
+    sync_reads (&e, &t, 8, 20 * MS);
+    ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_BESIDE, &l), RC_CONG_GO);
+    sync_reads (&e, &t, 16, 40 * MS);
+    ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_BESIDE, &l),
+                      RC_CONG_HOLD_ESTIMATE);
+    sync_reads (&e, &t, 24, 20 * MS);
+    ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_BESIDE, &l), RC_CONG_GO);
+    if (learn)
+      break;
+  }
+}
+END_TEST
+
 static Suite *
 congestion_suite (void)
 {
@@ -570,6 +603,7 @@ congestion_suite (void)
   tcase_add_test (tc, test_decide_rules);
   tcase_add_test (tc, test_bdp_delivered);
   tcase_add_test (tc, test_covered_calm);
+  tcase_add_test (tc, test_async_beside_sync);
   suite_add_tcase (s, tc);
   return s;
 }
