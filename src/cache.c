@@ -375,7 +375,8 @@ env_issue (void *opaque, struct rc_trigger *t, int *err)
       count += t->b[++last].count;
 
   {
-    const struct rc_cong_load beside = { .client_reads = t->depth_reads };
+    const struct rc_cong_load beside = { .client_reads = t->depth_reads,
+                                         .yielding = t->yielded };
 
     queue_async (c, t, rc_congestion (c, RC_CONG_BESIDE, &beside)
                  == RC_CONG_GO ? NULL : t);

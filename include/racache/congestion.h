@@ -99,7 +99,9 @@
  *    Beside (GO) for a client of one read at a time (client_reads < 2),
  *    unless the clients' sync reads queue now (HOLD_ESTIMATE): then the
  *    backend, not distance, bounds them, and the sync read would share
- *    it with the async part.  For such a client waiting costs a whole
+ *    it with the async part; nor while the window yields to a random
+ *    reader (its p99 beside nbdcopy, bench/congestion.sh, was 1.15x
+ *    ra-max=0 with the async part beside, 1.10x without).  For such a client waiting costs a whole
  *    backend round trip at every sync trigger (behind 20 ms a stream's
  *    first window started its async part 20 ms late); a client with
  *    more reads in flight asks for the async part's pages at once and
@@ -183,6 +185,8 @@ struct rc_cong_load {
                                  * or let go calm (0: neither, or no
                                  * clock) */
   uint64_t now_ns;              /* WINDOW: the clock (rc_now_ns; 0: none) */
+  bool yielding;                /* BESIDE: the window yields to a random
+                                 * reader (src/trigger.c, yielding) */
 };
 
 enum rc_cong_question {

@@ -563,13 +563,16 @@ END_TEST
  * (nothing measured), and with sync reads at their base latency, beside;
  * once they take twice it, after the sync part; calm again, beside
  * again.  In both modes (the estimator measures in kernel mode too).  A
- * client of two reads in flight: after the sync part.
+ * client of two reads in flight, or one yielding to a random reader:
+ * after the sync part.
  */
 START_TEST (test_async_beside_sync)
 {
   struct rc_cong e;
   const struct rc_cong_load l = { .client_reads = 1 };
   const struct rc_cong_load deep = { .client_reads = 2 };
+  const struct rc_cong_load yielding = { .client_reads = 1,
+                                         .yielding = true };
   uint64_t t = MS;
   bool learn;
 
@@ -577,6 +580,8 @@ START_TEST (test_async_beside_sync)
     rc_cong_init (&e, 64, learn, false);
     ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_BESIDE, &l), RC_CONG_GO);
     ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_BESIDE, &deep),
+                      RC_CONG_HOLD_ESTIMATE);
+    ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_BESIDE, &yielding),
                       RC_CONG_HOLD_ESTIMATE);
     sync_reads (&e, &t, 8, 20 * MS);
     ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_BESIDE, &l), RC_CONG_GO);
