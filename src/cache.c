@@ -333,12 +333,13 @@ queue_async (struct rc_cache *c, const struct rc_trigger *t,
  *
  * A window's async part is queued at once, beside its sync part: behind
  * a distant backend, waiting for the sync read costs the async part a
- * whole round trip at every sync trigger.  Only while the clients' sync
- * reads queue at the backend (the BESIDE congestion question) does it
- * wait until the sync part has been read (whether or not that read
- * failed: its pages are in flight and must be read or given up), so
- * that it does not share a backend that bounds them with the sync read
- * its client waits for.  Meanwhile the async batches are parked
+ * whole round trip at every sync trigger.  When the BESIDE congestion
+ * question says no (a client with several reads in flight, a window
+ * that yields to a random reader, sync reads that queue at the
+ * backend), it waits until the sync part has been read (whether or not
+ * that read failed: its pages are in flight and must be read or given
+ * up), so that it does not share the backend with the sync read its
+ * client waits for.  Meanwhile the async batches are parked
  * (rc_park_job): a client that waits for one of their pages (a deep
  * client's next reads, such as nbdcopy's and qemu-img convert's) has
  * that batch read at once, among the sync jobs, instead of after the

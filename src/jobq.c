@@ -10,11 +10,12 @@
  * wait for a page of a queued async job promotes that job among the sync
  * jobs (rc_promote); so does one that waits for a page of a window's
  * async part still parked while the window's sync part is read
- * (rc_park_job: only while the clients' sync reads queue).  An async job starts only when rc_cong_decide says
- * so: in adaptive mode only while the estimated backend slots leave one
- * free for the next sync read (counted once per job as "held"); in
- * kernel mode with ra-congestion=wait only below the congestion
- * threshold (counted once per job as "delayed").
+ * (rc_park_job, as the BESIDE congestion question says).  An async job
+ * starts only when rc_cong_decide says so: in adaptive mode only while
+ * the estimated backend slots leave one free for the next sync read
+ * (counted once per job as "held"); in kernel mode with
+ * ra-congestion=wait only below the congestion threshold (counted once
+ * per job as "delayed").
  */
 
 #include <config.h>

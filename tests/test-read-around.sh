@@ -33,8 +33,14 @@ read -r around1 covered1 pages1 misses1 <<<"$(live_stat front \
 info "pass 1: read_around_pages=$around1 async_covered=$covered1" \
      "cache_pages=$pages1 page_misses=$misses1"
 (( covered1 > 0 )) || fail "pass 1: convert's reads were never covered"
-(( around1 >= size / 4096 / 2 )) ||
-  fail "pass 1: less than half the export read around ($around1 pages)"
+# Most of it, but not always half: on a loaded machine convert is now
+# and then not covered for part of its job (most likely let go by the
+# covered-but-calm rule, after 8 calm base latencies: 8 ms here).  Pass 1
+# read 8,704-11,264 of these 12,288 pages around in 23 of 24 runs beside
+# a CPU hog and 3,584 in one (with 3ff50b0, before 5514025; after it,
+# once 3,584 in a make check).
+(( around1 >= size / 4096 / 4 )) ||
+  fail "pass 1: less than a quarter of the export read around ($around1 pages)"
 (( misses1 >= around1 )) || fail "pass 1: read-around pages not counted as misses"
 (( pages1 * 4 < size / 4096 )) ||
   fail "pass 1: data read once was kept ($pages1 pages cached)"

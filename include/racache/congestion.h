@@ -96,17 +96,18 @@
  *    modes.
  *  - RC_CONG_BESIDE: may a window's async part be queued beside its own
  *    sync part, or must it wait until the sync part has been read?
- *    Beside (GO) for a client of one read at a time (client_reads < 2),
- *    unless the clients' sync reads queue now (HOLD_ESTIMATE): then the
- *    backend, not distance, bounds them, and the sync read would share
- *    it with the async part; nor while the window yields to a random
- *    reader (its p99 beside nbdcopy, bench/congestion.sh, was 1.15x
- *    ra-max=0 with the async part beside, 1.10x without).  For such a client waiting costs a whole
- *    backend round trip at every sync trigger (behind 20 ms a stream's
- *    first window started its async part 20 ms late); a client with
- *    more reads in flight asks for the async part's pages at once and
- *    has them read among the sync reads anyway (promoted), and reading
- *    the rest beside its sync reads only adds to them.
+ *    Beside (GO) for a client of one read at a time (client_reads < 2):
+ *    for it waiting costs a whole backend round trip at every sync
+ *    trigger (behind 20 ms a stream's first window started its async
+ *    part 20 ms late).  A client with more reads in flight asks for the
+ *    async part's pages at once and has them read among the sync reads
+ *    anyway (promoted); reading the rest beside its sync reads only adds
+ *    to them.  Not beside (HOLD_ESTIMATE) either while the clients' sync
+ *    reads queue now (the backend, not distance, bounds them, and the
+ *    sync read would share it with the async part), nor while the window
+ *    yields to a random reader (its p99 beside nbdcopy, in
+ *    bench/congestion.sh, was 1.15x ra-max=0 with the async part beside,
+ *    1.10x without).
  */
 #ifndef RACACHE_CONGESTION_H
 #define RACACHE_CONGESTION_H
