@@ -275,7 +275,7 @@ rc_cong_decide (const struct rc_cong *e, enum rc_cong_question q,
     return RC_CONG_GO;
 
   case RC_CONG_BESIDE:
-    /* Why not for a deep client: the header, RC_CONG_BESIDE. */
+    /* Why these three: the header, RC_CONG_BESIDE. */
     return l->client_reads < 2 && !l->yielding &&
       !atomic_load_explicit (&e->queued_now, memory_order_relaxed)
       ? RC_CONG_GO : RC_CONG_HOLD_ESTIMATE;

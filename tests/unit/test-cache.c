@@ -809,12 +809,15 @@ sync_reads_queue (struct rc_cache *c, struct fake *f)
   rc_stream_free (r);
 }
 
-/* While the clients' sync reads do not queue (here: nothing measured
- * yet), a window's async part is read beside its sync part: while the
- * client's sync read is held, its async part (pages 4-7 of the first
- * window) is read.
+/* A stream's first read (pages 0-3) is held at the backend; its
+ * window's async part is pages 4-7.  While the clients' sync reads do not
+ * queue (queued false: nothing measured yet), the async part is read
+ * beside the held sync part.  While they queue, it is queued once its
+ * own sync part has been read: not read while the sync read is held,
+ * read after it.
  */
-START_TEST (test_async_beside_own_sync)
+static void
+async_part_beside_held_sync (bool queued)
 {
   const uint64_t P = 4096;
   struct rc_cache *c;
@@ -823,54 +826,41 @@ START_TEST (test_async_beside_own_sync)
 
   struct fake *f = bed_fake (4 * MiB);
   c = mk_cache (f, OPTS ());
+  if (queued)
+    sync_reads_queue (c, f);
   s = rc_stream_new ();
   fake_set_gate (f, true, 0, 4 * P);
   bg_read_start (&b, c, s, f, 0, 16 * KiB);
   ck_assert (fake_wait_blocked (f, 1));
-  ck_assert_msg (logged_soon (f, 4 * P, 8 * P),
-                 "the async part waited for its own sync part");
+  if (!queued)
+    ck_assert_msg (logged_soon (f, 4 * P, 8 * P),
+                   "the async part waited for its own sync part");
+  else {
+    sleep_ns (100000000);       /* time enough for a worker to start it */
+    ck_assert_msg (!logged_in (f, 4 * P, 8 * P),
+                   "the async part was read before its own sync part");
+  }
   fake_set_gate (f, false, 0, 0);
   bg_read_join (&b);
   ck_assert_int_eq (b.r, 0);
   check_now (f, b.buf, b.off, b.len);
   free (b.buf);
   ck_assert_uint_eq (ST (c, windows[RA_A_INITIAL]), 1);
+  if (queued)
+    ck_assert (logged_soon (f, 4 * P, 8 * P));
   ASSERT_IDLE (c);
   rc_stream_free (s);
 }
+
+START_TEST (test_async_beside_own_sync)
+{
+  async_part_beside_held_sync (false);
+}
 END_TEST
 
-/* While the clients' sync reads queue, a window's async part is queued
- * once its own sync part has been read: while the client's sync read is
- * held, its async part (pages 4-7 of the first window) is not read;
- * after it, it is.
- */
 START_TEST (test_async_after_own_sync)
 {
-  const uint64_t P = 4096;
-  struct rc_cache *c;
-  struct rc_stream *s;
-  struct bg_read b;
-
-  struct fake *f = bed_fake (4 * MiB);
-  c = mk_cache (f, OPTS ());
-  sync_reads_queue (c, f);
-  s = rc_stream_new ();
-  fake_set_gate (f, true, 0, 4 * P);
-  bg_read_start (&b, c, s, f, 0, 16 * KiB);
-  ck_assert (fake_wait_blocked (f, 1));
-  sleep_ns (100000000);         /* time enough for a worker to start it */
-  ck_assert_msg (!logged_in (f, 4 * P, 8 * P),
-                 "the async part was read before its own sync part");
-  fake_set_gate (f, false, 0, 0);
-  bg_read_join (&b);
-  ck_assert_int_eq (b.r, 0);
-  check_now (f, b.buf, b.off, b.len);
-  free (b.buf);
-  ck_assert_uint_eq (ST (c, windows[RA_A_INITIAL]), 1);
-  ck_assert (logged_soon (f, 4 * P, 8 * P));
-  ASSERT_IDLE (c);
-  rc_stream_free (s);
+  async_part_beside_held_sync (true);
 }
 END_TEST
 
