@@ -251,9 +251,12 @@ rc_cong_decide (const struct rc_cong *e, enum rc_cong_question q,
     if (e->learn) {
       bdp = atomic_load_explicit (&e->bdp_now_bytes, memory_order_relaxed);
       unsigned h = l->covered ? 1 : 0;     /* hysteresis: half */
+      /* Twice ra-io-max before the BDP is known (why: the header). */
+      uint64_t least = l->covered ? l->window_bytes >> 1
+        : bdp > 0 ? l->window_bytes : 2 * l->window_bytes;
       uint64_t base, from;
 
-      if (l->client_reads < 2 || l->client_bytes < l->window_bytes >> h ||
+      if (l->client_reads < 2 || l->client_bytes < least ||
           (l->client_bytes < bdp >> h && l->all_client_bytes < bdp >> 1))
         return RC_CONG_GO;
       /* Covered.  Was it the backend that bounded it (its sync reads

@@ -59,7 +59,8 @@
  *  - RC_CONG_WINDOW: may a client's trigger have a window beyond its
  *    request at all?  With learning, not when the client keeps several
  *    reads in flight, at least window_bytes of them (one largest
- *    backend read, ra-io-max), while its own reads in flight cover the
+ *    backend read, ra-io-max; twice that while the BDP is not known
+ *    yet), while its own reads in flight cover the
  *    backend's bandwidth-delay product (when known), or all clients'
  *    reads together cover half of it: its async part would only share
  *    the backend with them (COVERED).  Half, because where no bandwidth
@@ -87,7 +88,13 @@
  *    measured is its own depth, which it then covers for good (4 reads
  *    of 256 KiB behind 20 ms at 1 Gbit/s, at the speed of no filter in
  *    3 runs of 12).  Its reads run at their base latency: the backend
- *    has room, the client waits on distance alone.
+ *    has room, the client waits on distance alone.  Where the CPU's
+ *    noise makes its reads look queued (1 ms), nothing lets it go: so
+ *    before the BDP is known a client must keep twice ra-io-max to be
+ *    covered.  A copy tool keeps far more (convert: 16 MiB); 4 reads of
+ *    256 KiB at 1 ms, covered at once in 3 runs of 6, ran at the speed
+ *    of no filter there (0.47-0.57 s against 0.29-0.35 with windows;
+ *    bench/RESULTS.md, "Covered before the BDP is known").
  *  - RC_CONG_KEEP / RC_CONG_EARLY: may a window just decided keep its
  *    async part (KEEP, at submit; with ra-congestion=skip the fixed
  *    threshold of reads running and queued drops it, as the kernel's
