@@ -60,19 +60,19 @@
  *    request at all?  With learning, not when the client keeps several
  *    reads in flight, at least window_bytes of them (one largest
  *    backend read, ra-io-max; twice that while the BDP is not known
- *    yet), while its own reads in flight cover the
- *    backend's bandwidth-delay product (when known), or all clients'
- *    reads together cover half of it: its async part would only share
- *    the backend with them (COVERED).  Half, because where no bandwidth
+ *    yet), while its own reads in flight cover the backend's
+ *    bandwidth-delay product (when known), or all clients' reads
+ *    together cover half of it: its async part would only share the
+ *    backend with them (COVERED).  Half, because where no bandwidth
  *    bounds the backend the product measured is what was in flight,
  *    speculation included: against the whole of it, speculation once
- *    started would keep itself going.  Such clients (qemu-img convert: 8 reads of
- *    2 MiB; nbdcopy's connections, each with a few 256 KiB reads, that
- *    together fill the pipe) keep it full by themselves; a client of one
- *    read at a time never does.  A client covered at its last trigger
- *    stays so down to half those bytes: its depth varies from read to
- *    read, and every uncovered trigger of a deep client starts a window
- *    of speculation it does not need.
+ *    started would keep itself going.  Such clients (qemu-img convert: 8
+ *    reads of 2 MiB; nbdcopy's connections, each with a few 256 KiB
+ *    reads, that together fill the pipe) keep it full by themselves; a
+ *    client of one read at a time never does.  A client covered at its
+ *    last trigger stays so down to half those bytes: its depth varies
+ *    from read to read, and every uncovered trigger of a deep client
+ *    starts a window of speculation it does not need.
  *    Covered is COVERED once the clients' sync reads have queued while
  *    the client was covered (the backend, not the client, is then the
  *    bound), else COVERED_CALM; a client covered but calm stops being
@@ -83,15 +83,15 @@
  *    the calm lasts (the caller keeps covered_since_ns; a client let go
  *    for one window only, then covered again, was trapped in 1 run of
  *    12).
- *    Why: a client covered before anything read ahead (the BDP unknown,
- *    ra-io-max alone) keeps only its own reads in flight, so the BDP
- *    measured is its own depth, which it then covers for good (4 reads
- *    of 256 KiB behind 20 ms at 1 Gbit/s, at the speed of no filter in
- *    3 runs of 12).  Its reads run at their base latency: the backend
- *    has room, the client waits on distance alone.  Where the CPU's
- *    noise makes its reads look queued (1 ms), nothing lets it go: so
- *    before the BDP is known a client must keep twice ra-io-max to be
- *    covered.  A copy tool keeps far more (convert: 16 MiB); 4 reads of
+ *    Why: a client covered before anything read ahead keeps only its
+ *    own reads in flight, so the BDP measured is its own depth, which it
+ *    then covers for good (4 reads of 256 KiB behind 20 ms at 1 Gbit/s,
+ *    covered while the BDP was unknown by one ra-io-max alone, at the
+ *    speed of no filter in 3 runs of 12).  Its reads run at their base
+ *    latency: the backend has room, the client waits on distance alone.
+ *    Where the CPU's noise makes its reads look queued (1 ms), nothing
+ *    lets it go: so before the BDP is known a client must keep twice
+ *    ra-io-max to be covered.  A copy tool keeps far more (convert: 16 MiB); 4 reads of
  *    256 KiB at 1 ms, covered at once in 3 runs of 6, ran at the speed
  *    of no filter there (0.47-0.57 s against 0.29-0.35 with windows;
  *    bench/RESULTS.md, "Covered before the BDP is known").
