@@ -123,7 +123,8 @@ for t in "${targets[@]}"; do
              "$srcdir/src/near.c" "$srcdir/src/readpath.c" \
              "$srcdir/src/trigger.c" \
              "$srcdir/src/congestion.c" "$srcdir/src/pagecache.c" \
-             "$srcdir/src/pagecache-giveback.c" "$srcdir/src/config.c" ;;
+             "$srcdir/src/pagecache-giveback.c" "$srcdir/src/hugemem.c" \
+             "$srcdir/src/config.c" ;;
   esac
 done
 [ "$build_only" = yes ] && exit 0

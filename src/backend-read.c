@@ -121,21 +121,60 @@ read_pages_into (struct rc_cache *c, void *ctx, ra_pgoff start,
 
 /* Bounce buffers for reads whose pages do not lie in one piece, kept
  * for reuse: a fresh buffer per read costs page faults on every read.
- * As many exist as reads ever needed one at once.
+ * As many exist as reads ever needed one at once.  They are cut from
+ * blocks of huge pages (rc_huge_alloc: a 1 MiB buffer in 4 KiB pages
+ * cost 256 page faults the first time, bench/RESULTS.md "Huge pages for
+ * the tables and bounce buffers"), as many buffers as a block holds: two
+ * of the default 1 MiB in one 2 MiB huge page.
  */
+struct rc_bounce_block {
+  struct rc_bounce_block *next;
+  void *mem;
+  size_t map;                   /* rc_huge_alloc's maplen */
+  size_t bytes;                 /* counted in bounce_bytes */
+};
+
+/* Called with bounce_lock held: a new block, its buffers put on the free
+ * list (which stays empty when memory runs out: the read fails with
+ * ENOMEM).
+ */
+static void
+bounce_grow (struct rc_cache *c)
+{
+  size_t len = (size_t) c->params.io_max << c->params.page_shift, n, i;
+  struct rc_bounce_block *k = malloc (sizeof *k);
+
+  if (!k)
+    return;
+  if (!(k->mem = rc_huge_alloc (len, &k->map))) {
+    free (k);
+    return;
+  }
+  k->next = c->bounce_blocks;
+  c->bounce_blocks = k;
+  n = k->map ? k->map / len : 1;
+  for (i = 0; i < n; i++) {
+    char *b = (char *) k->mem + i * len;
+
+    memcpy (b, &c->bounce_free, sizeof (char *));
+    c->bounce_free = b;
+  }
+  k->bytes = k->map ? k->map : len;
+  atomic_fetch_add (&c->bounce_bytes, k->bytes);
+}
+
 static char *
 bounce_take (struct rc_cache *c)
 {
   char *b;
 
   ACQUIRE_LOCK (&c->bounce_lock);
+  if (!c->bounce_free)
+    bounce_grow (c);
   b = c->bounce_free;
   if (b)
     memcpy (&c->bounce_free, b, sizeof (char *));
   RELEASE_LOCK (&c->bounce_lock);
-  if (!b && (b = malloc (c->params.io_max << c->params.page_shift)))
-    atomic_fetch_add (&c->bounce_bytes,
-                      (uint64_t) c->params.io_max << c->params.page_shift);
   return b;
 }
 
@@ -151,13 +190,14 @@ bounce_put (struct rc_cache *c, char *b)
 void
 rc_bounce_free_all (struct rc_cache *c)
 {
-  while (c->bounce_free) {
-    char *b = c->bounce_free;
+  c->bounce_free = NULL;
+  while (c->bounce_blocks) {
+    struct rc_bounce_block *k = c->bounce_blocks;
 
-    memcpy (&c->bounce_free, b, sizeof (char *));
-    free (b);
-    atomic_fetch_sub (&c->bounce_bytes,
-                      (uint64_t) c->params.io_max << c->params.page_shift);
+    c->bounce_blocks = k->next;
+    atomic_fetch_sub (&c->bounce_bytes, k->bytes);
+    rc_huge_free (k->mem, k->map);
+    free (k);
   }
 }
 

@@ -43,9 +43,12 @@ struct rc_cache {
   bool size_set;
   bool limits_set;              /* rc_cache_set_backend_limits ran */
 
-  /* Free bounce buffers (src/backend-read.c), each io_max pages. */
+  /* Free bounce buffers (src/backend-read.c), each io_max pages, cut
+   * from the blocks on bounce_blocks (huge pages, rc_huge_alloc).
+   */
   pthread_mutex_t bounce_lock;
   char *bounce_free;
+  struct rc_bounce_block *bounce_blocks;
   _Atomic uint64_t bounce_bytes;   /* allocated, free or in use */
 
   /* Adaptive mode: the backend model, fed by every backend read of

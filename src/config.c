@@ -13,6 +13,7 @@
 #include <libconfig.h>
 
 #include "racache/config.h"
+#include "racache/util.h"
 
 #define FIELD(f) offsetof (struct rc_config, f)
 
@@ -697,9 +698,18 @@ uint64_t
 rc_memory_other_estimate (const struct rc_config *c, unsigned readers)
 {
   uint64_t pages = c->page_size ? c->cache_size / c->page_size : 0;
+  uint64_t bounce = c->io_max, block, per_block;
 
+  /* A bounce buffer's share of the block of whole huge pages it is cut
+   * from, as src/backend-read.c cuts them.
+   */
+  if (bounce >= RC_HUGE_MIN) {
+    block = (bounce + RC_HUGE_SIZE - 1) / RC_HUGE_SIZE * RC_HUGE_SIZE;
+    per_block = block / bounce;
+    bounce = (block + per_block - 1) / per_block;
+  }
   return pages * RC_MEMORY_PER_PAGE
-    + c->io_max * ((uint64_t) readers + c->max_background)
+    + bounce * ((uint64_t) readers + c->max_background)
     + RC_MEMORY_FIXED;
 }
 

@@ -25,16 +25,10 @@
 #include "pagecache-internal.h"
 #include "racache/util.h"
 
-/* Bits of the refault history (struct rc_pagecache's refault). */
-#define REFAULT_BITS (UINT64_C (1) << 20)
-
 void
 rc_pc_giveback_init (struct rc_pagecache *pc, uint64_t total_pages)
 {
   /* The refault history covers four times the cache (in groups). */
-  pc->refault = calloc (REFAULT_BITS / 64, sizeof *pc->refault);
-  if (pc->refault)
-    pc->fixed_bytes += REFAULT_BITS / 8;
   pc->refault_limit = 4 * (total_pages >> GROUP_SHIFT);
   if (pc->refault_limit < 1024)
     pc->refault_limit = 1024;
@@ -59,8 +53,6 @@ rc_pc_refault_mark (struct rc_pagecache *pc, ra_pgoff index)
   uint64_t old;
   size_t i;
 
-  if (!pc->refault)
-    return;
   old = atomic_fetch_or_explicit (&pc->refault[b >> 6], m,
                                   memory_order_relaxed);
   if ((old & m) == 0 &&
@@ -79,9 +71,8 @@ rc_pc_refault_test (struct rc_pagecache *pc, ra_pgoff index)
 {
   uint64_t b = refault_bit (index);
 
-  return pc->refault &&
-    (atomic_load_explicit (&pc->refault[b >> 6], memory_order_relaxed)
-     & (UINT64_C (1) << (b & 63))) != 0;
+  return (atomic_load_explicit (&pc->refault[b >> 6], memory_order_relaxed)
+          & (UINT64_C (1) << (b & 63))) != 0;
 }
 
 static void

@@ -96,7 +96,7 @@ struct rc_pagecache {
    * data read again, which earns its place: it is kept as active once
    * read.  Cleared when refault_limit bits are set, so that false hits
    * stay rare (below refault_limit / REFAULT_BITS, in
-   * src/pagecache-giveback.c).
+   * src/pagecache-giveback.c).  In the tables (below).
    */
   _Atomic uint64_t *refault;
   _Atomic uint64_t refault_set;
@@ -107,10 +107,16 @@ struct rc_pagecache {
    * group is cached, read without the shard's lock.  Walks of ranges a
    * client read around the cache (drop-behind, the read-around test)
    * skip such groups (rc_pc_walk's cached_only) instead of looking up each
-   * of their pages under the lock.  NULL (out of memory): none skipped.
+   * of their pages under the lock.  In the tables (below).
    */
   _Atomic uint32_t *group_pages;
   unsigned group_shift;            /* 64 - log2 of the slots */
+  /* The block that holds every shard's buckets, the group_pages slots
+   * and the refault history (src/pagecache.c, tables_new), and what
+   * rc_huge_alloc mapped for it (0: calloc'd).
+   */
+  void *tables;
+  size_t tables_map;
   /* Memory, shared by the shards (mem_lock, taken inside a shard lock):
    * the arena of page data, a bit per slot (set: free), the lowest word
    * that may have a free bit, the slots touched so far (the highest
@@ -120,7 +126,7 @@ struct rc_pagecache {
   uint64_t fixed_bytes;            /* tables allocated once (constant) */
   uint64_t page_structs;           /* struct pages allocated (mem_lock) */
   char *arena;                     /* NULL: no data (rc_pc_new_nodata) */
-  size_t arena_len;
+  size_t arena_map;                /* rc_huge_alloc's maplen */
   uint64_t *free_slots;
   size_t free_words, free_hint;
   uint64_t data_pages;
@@ -186,8 +192,14 @@ void rc_pc_remove_page (struct rc_pagecache *pc, struct shard *s,
 
 /* ---- src/pagecache-giveback.c ---------------------------------------- */
 
-/* Set up the refault history and the drop-behind distance of a cache of
- * total_pages pages, when it is made (rc_pc_free frees the history).
+/* Bits of the refault history (struct rc_pagecache's refault, in the
+ * cache's tables).
+ */
+#define REFAULT_BITS (UINT64_C (1) << 20)
+
+/* Set up the refault history (its bits are in the cache's tables, all
+ * zero) and the drop-behind distance of a cache of total_pages pages,
+ * when it is made.
  */
 void rc_pc_giveback_init (struct rc_pagecache *pc, uint64_t total_pages);
 

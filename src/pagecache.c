@@ -19,7 +19,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "pagecache-internal.h"
 #include "racache/util.h"
@@ -28,16 +27,15 @@
 #define MAX_SHARDS 64
 
 /* Page data lives in one arena of capacity pages, reserved (not
- * touched) when the cache is made and madvised MADV_HUGEPAGE so that the
- * kernel may back it with transparent huge pages: first touch of fresh
- * memory is the largest cost of a short job, and a huge page roughly
- * halves it.  A free slot is taken lowest address first (page_alloc):
- * memory that was touched before is reused before fresh memory, and
- * consecutive pages of a window get consecutive slots wherever the free
- * slots lie in runs, so a backend read can go straight into them
- * (rc_pc_run_data).
+ * touched) when the cache is made, in huge pages where the kernel has
+ * them (rc_huge_alloc): first touch of fresh memory is the largest cost
+ * of a short job, and a huge page takes one page fault for 2 MiB where
+ * 4 KiB pages take 512 (src/hugemem.c).  A free slot is taken lowest
+ * address first (page_alloc): memory that was touched before is reused
+ * before fresh memory, and consecutive pages of a window get
+ * consecutive slots wherever the free slots lie in runs, so a backend
+ * read can go straight into them (rc_pc_run_data).
  */
-#define ARENA_ALIGN (UINT64_C (2) << 20)
 
 /* Drop-behind has two parts.  A client read gives back, for reuse, the
  * pages a client read once that lie RC_PC_BEHIND_BYTES behind it
@@ -111,11 +109,12 @@ group_slot (struct rc_pagecache *pc, ra_pgoff index)
                            UINT64_C (0x9E3779B97F4A7C15)) >> pc->group_shift];
 }
 
-/* A slot per group the cache can hold, twice over (a power of two, at
- * least 256, at most 2^20: beyond, groups share slots and walk more).
+/* The group_pages slots: one per group the cache can hold, twice over
+ * (a power of two, at least 256, at most 2^20: beyond, groups share
+ * slots and walk more); sets pc->group_shift.
  */
-static void
-group_pages_new (struct rc_pagecache *pc)
+static size_t
+group_slots (struct rc_pagecache *pc)
 {
   uint64_t groups = (pc->total_capacity >> GROUP_SHIFT) + 1, n = 256;
   unsigned bits = 8;
@@ -124,24 +123,53 @@ group_pages_new (struct rc_pagecache *pc)
     n *= 2;
     bits++;
   }
-  pc->group_pages = calloc (n, sizeof *pc->group_pages);
-  if (pc->group_pages)
-    pc->fixed_bytes += n * sizeof *pc->group_pages;
   pc->group_shift = 64 - bits;
+  return n;
 }
 
-/* Reserve the arena (address space only: MAP_NORESERVE, nothing
- * touched) aligned for huge pages, and mark every slot free.
+/* The tables a cache needs whatever the job, all zero at first, in one
+ * block (rc_huge_alloc: huge pages, where it is large enough): every
+ * shard's hash buckets, the group_pages slots and the refault history.
+ * Hashing touches them all over, so in 4 KiB pages even a short job
+ * faults in most of them (bench/RESULTS.md, "Huge pages for the tables
+ * and bounce buffers").  -1: out of memory.
+ */
+static int
+tables_new (struct rc_pagecache *pc)
+{
+  size_t nb = 0, ng = group_slots (pc), len, i;
+  char *t;
+
+  for (i = 0; i < pc->nshards; i++)
+    nb += pc->shards[i].bucket_mask + 1;
+  /* buckets, then group slots and the history, each 64-byte aligned */
+  len = nb * sizeof (struct page *);
+  len += (ng * sizeof *pc->group_pages + 63) & ~(size_t) 63;
+  len += REFAULT_BITS / 8;
+  t = pc->tables = rc_huge_alloc (len, &pc->tables_map);
+  if (!t)
+    return -1;
+  pc->fixed_bytes += pc->tables_map ? pc->tables_map : len;
+  for (i = 0; i < pc->nshards; i++) {
+    pc->shards[i].buckets = (struct page **) t;
+    t += (pc->shards[i].bucket_mask + 1) * sizeof (struct page *);
+  }
+  pc->group_pages = (_Atomic uint32_t *) t;
+  t += (ng * sizeof *pc->group_pages + 63) & ~(size_t) 63;
+  pc->refault = (_Atomic uint64_t *) t;
+  return 0;
+}
+
+/* Reserve the arena (rc_huge_alloc: address space only, nothing
+ * touched, in huge pages where the kernel has them) and mark every slot
+ * free.
  */
 static int
 arena_new (struct rc_pagecache *pc)
 {
-  size_t len = (size_t) pc->total_capacity << pc->page_shift;
-  size_t map = len + ARENA_ALIGN, i;
-  char *base, *aligned;
+  size_t len = (size_t) pc->total_capacity << pc->page_shift, i;
 
-  if ((uint64_t) len >> pc->page_shift != pc->total_capacity ||
-      map < len)
+  if ((uint64_t) len >> pc->page_shift != pc->total_capacity)
     return -1;
   pc->free_words = (pc->total_capacity + 63) / 64;
   pc->free_slots = malloc (pc->free_words * sizeof *pc->free_slots);
@@ -153,22 +181,8 @@ arena_new (struct rc_pagecache *pc)
   if (pc->total_capacity % 64)
     pc->free_slots[pc->free_words - 1] =
       (UINT64_C (1) << (pc->total_capacity % 64)) - 1;
-  base = mmap (NULL, map, PROT_READ | PROT_WRITE,
-               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (base == MAP_FAILED)
-    return -1;
-  aligned = (char *) (((uintptr_t) base + ARENA_ALIGN - 1)
-                      & ~(uintptr_t) (ARENA_ALIGN - 1));
-  if (aligned > base)
-    munmap (base, aligned - base);
-  if (aligned + len < base + map)
-    munmap (aligned + len, base + map - (aligned + len));
-#ifdef MADV_HUGEPAGE
-  madvise (aligned, len, MADV_HUGEPAGE);
-#endif
-  pc->arena = aligned;
-  pc->arena_len = len;
-  return 0;
+  pc->arena = rc_huge_alloc (len, &pc->arena_map);
+  return pc->arena ? 0 : -1;
 }
 
 static struct rc_pagecache *
@@ -208,14 +222,7 @@ pc_new (uint64_t cache_size, uint32_t page_size, struct rc_stats *stats,
       + (i < total_pages % pc->nshards);
     while (nb < s->capacity * 2)
       nb *= 2;
-    s->buckets = calloc (nb, sizeof *s->buckets);
-    if (!s->buckets) {
-      pc->nshards = i;
-      rc_pc_free (pc);
-      return NULL;
-    }
-    s->bucket_mask = nb - 1;
-    pc->fixed_bytes += nb * sizeof *s->buckets;
+    s->bucket_mask = nb - 1;     /* the buckets: tables_new */
     lru_init (&s->unused);
     lru_init (&s->inactive);
     lru_init (&s->active);
@@ -225,11 +232,10 @@ pc_new (uint64_t cache_size, uint32_t page_size, struct rc_stats *stats,
   pc->fixed_bytes += sizeof *pc + pc->nshards * sizeof *pc->shards;
   pc->nr_pages = 0;
   pc->total_capacity = total_pages;
-  if (with_data && arena_new (pc) == -1) {
+  if (tables_new (pc) == -1 || (with_data && arena_new (pc) == -1)) {
     rc_pc_free (pc);
     return NULL;
   }
-  group_pages_new (pc);
   pc->inactive_reserve = INACTIVE_RESERVE_BYTES / page_size;
   if (pc->inactive_reserve > total_pages / 2)
     pc->inactive_reserve = total_pages / 2;
@@ -261,7 +267,7 @@ rc_pc_free (struct rc_pagecache *pc)
   for (i = 0; i < pc->nshards; i++) {
     struct shard *s = &pc->shards[i];
 
-    for (b = 0; b <= s->bucket_mask; b++) {
+    for (b = 0; s->buckets && b <= s->bucket_mask; b++) {
       struct page *p = s->buckets[b];
       while (p) {
         struct page *n = p->hnext;
@@ -269,7 +275,6 @@ rc_pc_free (struct rc_pagecache *pc)
         p = n;
       }
     }
-    free (s->buckets);
     pthread_mutex_destroy (&s->lock);
     pthread_cond_destroy (&s->ready);
   }
@@ -279,11 +284,11 @@ rc_pc_free (struct rc_pagecache *pc)
     pc->spare = n;
   }
   if (pc->arena)
-    munmap (pc->arena, pc->arena_len);
+    rc_huge_free (pc->arena, pc->arena_map);
   free (pc->free_slots);
   pthread_mutex_destroy (&pc->mem_lock);
-  free ((void *) pc->refault);
-  free ((void *) pc->group_pages);
+  if (pc->tables)
+    rc_huge_free (pc->tables, pc->tables_map);
   free (pc->shards);
   free (pc);
 }
@@ -339,9 +344,8 @@ rc_pc_remove_page (struct rc_pagecache *pc, struct shard *s,
   if (p->state == PAGE_INFLIGHT)
     s->inflight--;
   s->count--;
-  if (pc->group_pages)
-    atomic_fetch_sub_explicit (group_slot (pc, p->index), 1,
-                               memory_order_relaxed);
+  atomic_fetch_sub_explicit (group_slot (pc, p->index), 1,
+                             memory_order_relaxed);
   STAT_SUB (pc->stats, cache_bytes, pc->page_size);
   ACQUIRE_LOCK (&pc->mem_lock);
   if (pc->arena)
@@ -495,9 +499,8 @@ rc_pc_insert (struct rc_pagecache *pc, ra_pgoff index, bool marker,
   p->hnext = s->buckets[bucket_of (s, index)];
   s->buckets[bucket_of (s, index)] = p;
   s->count++;
-  if (pc->group_pages)
-    atomic_fetch_add_explicit (group_slot (pc, index), 1,
-                               memory_order_relaxed);
+  atomic_fetch_add_explicit (group_slot (pc, index), 1,
+                             memory_order_relaxed);
   s->inflight++;
   STAT_ADD (pc->stats, cache_bytes, pc->page_size);
   ok = true;
@@ -521,7 +524,7 @@ rc_pc_walk (struct rc_pagecache *pc, ra_pgoff start, ra_pgoff count,
 
     if (group_end > end)
       group_end = end;
-    if (cached_only && pc->group_pages &&
+    if (cached_only &&
         atomic_load_explicit (group_slot (pc, i), memory_order_relaxed)
         == 0) {
       i = group_end;
@@ -848,8 +851,6 @@ rc_pc_groups_consistent (struct rc_pagecache *pc)
   uint32_t *want;
   bool ok = true;
 
-  if (!pc->group_pages)
-    return true;
   want = calloc (n, sizeof *want);
   if (!want)
     abort ();                   /* for tests only: see the header */

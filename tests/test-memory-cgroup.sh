@@ -59,7 +59,7 @@ grep -q 'ra-cache-size: 629145600 bytes is larger than the cgroup (v[12]) memory
 # memory_other_bytes after reads: within the formula for the readers at
 # once (one connection of 16 threads) and the 12 background reads.
 server_wrapper=()
-start_server front --filter="$FILTER" memory 256M ra-cache-size=64M \
+start_server front --filter="$FILTER" memory 256M ra-cache-size=256M \
   ra-cache-stats="$tmpdir/front.json"
 timeout "$CLIENT_TIMEOUT" nbdsh -u "$(uri front)" -c '
 import random
@@ -71,7 +71,7 @@ for off in range (0, 64 * 1048576, 262144):
 ' || fail "nbdsh reads failed"
 stop_server front || fail "server front did not stop cleanly"
 read -r other <<<"$(file_stat "$tmpdir/front.json" memory_other_bytes)"
-formula=$(( (64 * 1048576 / 4096) * 96 + 1048576 * (16 + 12) + 1048576 ))
+formula=$(( (256 * 1048576 / 4096) * 96 + 1048576 * (16 + 12) + 4 * 1048576 ))
 info "memory_other_bytes $other; the formula for one connection: $formula"
 [ -n "$other" ] && [ "$other" -gt 0 ] || fail "no memory_other_bytes"
 [ "$other" -le "$formula" ] || fail "memory_other_bytes $other is above the formula ($formula)"

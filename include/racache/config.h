@@ -244,12 +244,14 @@ uint64_t rc_memory_limit (const char **what);
  * come to hold (the memory_other_bytes gauge), for reads from up to
  * readers threads at once (nbdkit's threads, over all connections) and
  * c->max_background workers: RC_MEMORY_PER_PAGE bytes per page of
- * ra-cache-size (the page struct and hash buckets), ra-io-max for
- * each read at once (a bounce buffer), and RC_MEMORY_FIXED bytes of
- * tables.  The man page's formula (MEMORY) is this.
+ * ra-cache-size (the page struct and hash buckets), a bounce buffer
+ * for each read at once (ra-io-max, or its share of the huge pages it
+ * is cut from: src/backend-read.c), and RC_MEMORY_FIXED bytes of
+ * tables and of rounding to whole huge pages.  The man page's formula
+ * (MEMORY) is this.
  */
 #define RC_MEMORY_PER_PAGE 96
-#define RC_MEMORY_FIXED (UINT64_C (1) << 20)
+#define RC_MEMORY_FIXED (UINT64_C (4) << 20)
 uint64_t rc_memory_other_estimate (const struct rc_config *c,
                                    unsigned readers);
 

@@ -54,6 +54,17 @@ rc_cleanup_free (void *ptr)
 
 #define CLEANUP_FREE __attribute__ ((cleanup (rc_cleanup_free)))
 
+/* Memory in transparent huge pages (src/hugemem.c): len bytes, zero,
+ * in whole RC_HUGE_SIZE units aligned so that the kernel may back them
+ * with huge pages, reserved and touched only as used; below RC_HUGE_MIN
+ * bytes, from calloc.  *maplen is what the block holds (0: calloc'd),
+ * for rc_huge_free and for memory accounting.  NULL: out of memory.
+ */
+#define RC_HUGE_SIZE ((size_t) 2 << 20)
+#define RC_HUGE_MIN (RC_HUGE_SIZE / 2)
+void *rc_huge_alloc (size_t len, size_t *maplen);
+void rc_huge_free (void *p, size_t maplen);
+
 /* The monotonic clock in ns: the one clock of the core's decisions. */
 static inline uint64_t
 rc_now_ns (void)

@@ -28,6 +28,7 @@
 #include "racache/pagecache.h"
 #include "racache/readahead.h"
 #include "racache/stats.h"
+#include "racache/util.h"
 
 #include "fake-backend.h"
 
@@ -1725,6 +1726,117 @@ START_TEST (test_evict_load)
 }
 END_TEST
 
+/* ---- memory in huge pages (src/hugemem.c) ----------------------------- */
+
+/* rc_huge_alloc: whole 2 MiB units, aligned, zero; a small block from
+ * calloc (maplen 0).
+ */
+START_TEST (test_huge_alloc)
+{
+  size_t map, i;
+  char *b = rc_huge_alloc (3 * MiB, &map);
+
+  ck_assert_ptr_nonnull (b);
+  ck_assert_uint_eq ((uintptr_t) b % RC_HUGE_SIZE, 0);
+  ck_assert_uint_eq (map, 4 * MiB);
+  for (i = 0; i < map; i += 4096)
+    ck_assert_int_eq (b[i], 0);
+  memset (b, 0x5A, map);          /* all of it is ours to write */
+  rc_huge_free (b, map);
+  b = rc_huge_alloc (100 * KiB, &map);
+  ck_assert_ptr_nonnull (b);
+  ck_assert_uint_eq (map, 0);
+  for (i = 0; i < 100 * KiB; i++)
+    ck_assert_int_eq (b[i], 0);
+  rc_huge_free (b, map);
+}
+END_TEST
+
+/* A cache's tables (hash buckets, group slots, refault history) are one
+ * block of whole huge pages once they come to half a huge page, and
+ * memory_other_bytes counts all of it; a small cache's are calloc'd.
+ */
+START_TEST (test_tables_huge)
+{
+  struct fake *f = bed_fake (8 * MiB);
+  struct rc_cache *c = mk_cache (f, OPTS (.cache = 256 * MiB));
+  struct rc_pc_counts n = counts (c);
+
+  /* 65536 pages: 1 MiB of buckets, 32 KiB of group slots, 128 KiB of
+   * history: one 2 MiB block, plus the free-slot bitmap (8 KiB).
+   */
+  ck_assert_uint_ge (n.other_bytes, RC_HUGE_SIZE + 8 * KiB);
+  ck_assert_uint_lt (n.other_bytes, 2 * RC_HUGE_SIZE);
+  free_cache (c, f);
+  c = mk_cache (f, OPTS (.cache = 4 * MiB));
+  n = counts (c);
+  ck_assert_uint_lt (n.other_bytes, RC_HUGE_MIN);
+}
+END_TEST
+
+/* The MEMORY bound counts each bounce buffer as its share of the huge
+ * pages it is cut from: 1 MiB buffers two to a 2 MiB block, 1.5 MiB
+ * ones one to a block, 3 MiB ones in 4 MiB; small ones as they are.
+ */
+START_TEST (test_memory_estimate)
+{
+  static const struct { uint64_t io, each; } t[] = {
+    { 64 * KiB, 64 * KiB }, { 1 * MiB, 1 * MiB },
+    { 1536 * KiB, 2 * MiB }, { 3 * MiB, 4 * MiB }, { 4 * MiB, 4 * MiB },
+  };
+  struct rc_config cfg;
+  size_t i;
+
+  for (i = 0; i < sizeof t / sizeof t[0]; i++) {
+    rc_config_defaults (&cfg);
+    cfg.page_size = 4096;
+    cfg.cache_size = 1000 * 4096;
+    cfg.io_max = t[i].io;
+    cfg.max_background = 2;
+    ck_assert_uint_eq (rc_memory_other_estimate (&cfg, 4),
+                       1000 * RC_MEMORY_PER_PAGE + 6 * t[i].each
+                       + RC_MEMORY_FIXED);
+  }
+}
+END_TEST
+
+/* A backend read into pages that lie in two pieces of the arena (here
+ * NBD_CMD_CACHE's: no client buffer to read into) goes through a bounce
+ * buffer, cut from a block of huge pages: two of 1 MiB in one 2 MiB
+ * block, reused by the next such read; the data is right.
+ */
+START_TEST (test_bounce_huge)
+{
+  const uint64_t P = 4096;
+  struct fake *f = bed_fake (8 * MiB);
+  struct rc_cache *c = mk_cache (f, OPTS (.ra_max = 0, .io_max = 1 * MiB));
+  struct rc_stream *s = rc_stream_new ();
+  uint64_t in_place;
+  int err = 0;
+
+  ck_assert_uint_eq (rc_cache_bounce_bytes (c), 0);
+  ck_assert_int_eq (rc_fill (c, CLIENT_CTX, 4 * P, 0, &err), 0);
+  ASSERT_IDLE (c);                       /* pages 0-3 in slots 0-3 */
+  ck_assert_uint_eq (rc_cache_bounce_bytes (c), 0);
+  rc_invalidate (c, 1 * P, P);           /* slots 1 and 3 free again */
+  rc_invalidate (c, 3 * P, P);
+  in_place = ST (c, backend_reads_in_place);
+  ck_assert_int_eq (rc_fill (c, CLIENT_CTX, 4 * P, 1 * MiB, &err), 0);
+  ASSERT_IDLE (c);                       /* slots 1, 3, 4, 5 */
+  ck_assert_uint_eq (ST (c, backend_reads_in_place), in_place);
+  ck_assert_uint_eq (rc_cache_bounce_bytes (c), RC_HUGE_SIZE);
+  rc_invalidate (c, 1 * MiB + P, P);     /* slots 3 and 5 */
+  rc_invalidate (c, 1 * MiB + 3 * P, P);
+  ck_assert_int_eq (rc_fill (c, CLIENT_CTX, 4 * P, 2 * MiB, &err), 0);
+  ASSERT_IDLE (c);                       /* slots 3, 5, 6, 7 */
+  ck_assert_uint_eq (ST (c, backend_reads_in_place), in_place);
+  ck_assert_uint_eq (rc_cache_bounce_bytes (c), RC_HUGE_SIZE);
+  RD_OK (c, s, f, 1 * MiB, 4 * P);       /* the data read through them */
+  RD_OK (c, s, f, 2 * MiB, 4 * P);
+  rc_stream_free (s);
+}
+END_TEST
+
 /* ---- rc_fill (NBD_CMD_CACHE) ------------------------------------------ */
 
 START_TEST (test_fill)
@@ -2464,6 +2576,15 @@ cache_suite (void)
   tcase_add_test (tc, test_drop_behind);
   tcase_add_test (tc, test_evict_load);
   tcase_set_timeout (tc, 120);
+  suite_add_tcase (s, tc);
+
+  tc = tcase_create ("memory");
+  tcase_add_checked_fixture (tc, bed_setup, bed_teardown);
+  tcase_add_test (tc, test_huge_alloc);
+  tcase_add_test (tc, test_tables_huge);
+  tcase_add_test (tc, test_memory_estimate);
+  tcase_add_test (tc, test_bounce_huge);
+  tcase_set_timeout (tc, 60);
   suite_add_tcase (s, tc);
 
   tc = tcase_create ("fill");
