@@ -703,8 +703,8 @@ rc_memory_other_estimate (const struct rc_config *c, unsigned readers)
   /* A bounce buffer's share of the block of whole huge pages it is cut
    * from, as src/backend-read.c cuts them.
    */
-  if (bounce >= RC_HUGE_MIN) {
-    block = (bounce + RC_HUGE_SIZE - 1) / RC_HUGE_SIZE * RC_HUGE_SIZE;
+  block = rc_huge_map_len (bounce);
+  if (block) {
     per_block = block / bounce;
     bounce = (block + per_block - 1) / per_block;
   }

@@ -31,9 +31,9 @@ rc_huge_alloc (size_t len, size_t *maplen)
   *maplen = 0;
   if (len < RC_HUGE_MIN)
     return calloc (1, len ? len : 1);
-  n = (len + RC_HUGE_SIZE - 1) & ~(size_t) (RC_HUGE_SIZE - 1);
+  n = rc_huge_map_len (len);
   map = n + RC_HUGE_SIZE;
-  if (n < len || map < n)
+  if (n == 0 || map < n)
     return NULL;
   base = mmap (NULL, map, PROT_READ | PROT_WRITE,
                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);

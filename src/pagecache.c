@@ -137,15 +137,15 @@ group_slots (struct rc_pagecache *pc)
 static int
 tables_new (struct rc_pagecache *pc)
 {
-  size_t nb = 0, ng = group_slots (pc), len, i;
+  size_t nb = 0, len, i;
+  /* buckets, then group slots and the history, each 64-byte aligned */
+  size_t groups_len =
+    (group_slots (pc) * sizeof *pc->group_pages + 63) & ~(size_t) 63;
   char *t;
 
   for (i = 0; i < pc->nshards; i++)
     nb += pc->shards[i].bucket_mask + 1;
-  /* buckets, then group slots and the history, each 64-byte aligned */
-  len = nb * sizeof (struct page *);
-  len += (ng * sizeof *pc->group_pages + 63) & ~(size_t) 63;
-  len += REFAULT_BITS / 8;
+  len = nb * sizeof (struct page *) + groups_len + REFAULT_BITS / 8;
   t = pc->tables = rc_huge_alloc (len, &pc->tables_map);
   if (!t)
     return -1;
@@ -155,7 +155,7 @@ tables_new (struct rc_pagecache *pc)
     t += (pc->shards[i].bucket_mask + 1) * sizeof (struct page *);
   }
   pc->group_pages = (_Atomic uint32_t *) t;
-  t += (ng * sizeof *pc->group_pages + 63) & ~(size_t) 63;
+  t += groups_len;
   pc->refault = (_Atomic uint64_t *) t;
   return 0;
 }
@@ -287,8 +287,7 @@ rc_pc_free (struct rc_pagecache *pc)
     rc_huge_free (pc->arena, pc->arena_map);
   free (pc->free_slots);
   pthread_mutex_destroy (&pc->mem_lock);
-  if (pc->tables)
-    rc_huge_free (pc->tables, pc->tables_map);
+  rc_huge_free (pc->tables, pc->tables_map);
   free (pc->shards);
   free (pc);
 }

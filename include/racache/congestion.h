@@ -91,10 +91,11 @@
  *    latency: the backend has room, the client waits on distance alone.
  *    Where the CPU's noise makes its reads look queued (1 ms), nothing
  *    lets it go: so before the BDP is known a client must keep twice
- *    ra-io-max to be covered.  A copy tool keeps far more (convert: 16 MiB); 4 reads of
- *    256 KiB at 1 ms, covered at once in 3 runs of 6, ran at the speed
- *    of no filter there (0.47-0.57 s against 0.29-0.35 with windows;
- *    bench/RESULTS.md, "Covered before the BDP is known").
+ *    ra-io-max to be covered.  A copy tool keeps far more (convert: 16
+ *    MiB); 4 reads of 256 KiB at 1 ms, covered at once in 3 runs of 6,
+ *    ran at the speed of no filter there (0.47-0.57 s against 0.29-0.35
+ *    with windows; bench/RESULTS.md, "Covered before the BDP is
+ *    known").
  *  - RC_CONG_KEEP / RC_CONG_EARLY: may a window just decided keep its
  *    async part (KEEP, at submit; with ra-congestion=skip the fixed
  *    threshold of reads running and queued drops it, as the kernel's

@@ -65,6 +65,17 @@ rc_cleanup_free (void *ptr)
 void *rc_huge_alloc (size_t len, size_t *maplen);
 void rc_huge_free (void *p, size_t maplen);
 
+/* What rc_huge_alloc maps for len bytes: whole RC_HUGE_SIZE units; 0
+ * below RC_HUGE_MIN (calloc) or where the rounding overflows.
+ */
+static inline size_t
+rc_huge_map_len (size_t len)
+{
+  size_t n = (len + RC_HUGE_SIZE - 1) & ~(RC_HUGE_SIZE - 1);
+
+  return len < RC_HUGE_MIN || n < len ? 0 : n;
+}
+
 /* The monotonic clock in ns: the one clock of the core's decisions. */
 static inline uint64_t
 rc_now_ns (void)
