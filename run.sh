@@ -43,12 +43,12 @@ filter=$builddir/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so
 # (nbdsh and its python3 binding, qemu-img, nbdfuse, nbd-client,
 # valgrind, nbd-server and lighttpd as real backends, prometheus for
 # scraping ra-cache-stats-listen and its promtool) and the
-# benchmarks (fio; GNU time for the front server's rusage; nbd-server
-# and lighttpd for bench/servers.sh; xfsprogs for bench/fs.sh's XFS layout).
+# benchmarks (fio; nbd-server and lighttpd for bench/servers.sh;
+# xfsprogs for bench/fs.sh's XFS layout).
 packages=(nbdkit nbdkit-plugin-dev libnbd-dev libnbd-bin python3-libnbd
           libev-dev libconfig-dev check qemu-utils fio nbd-client
           autoconf automake libtool pkg-config make gcc perl valgrind
-          time nbd-server lighttpd xfsprogs prometheus)
+          nbd-server lighttpd xfsprogs prometheus)
 
 say ()
 {
@@ -313,7 +313,7 @@ do_demo ()
   echo
   say "MB/s = 10^6 bytes/s as qemu-img saw it; ratio = ra-cache / no filter."
   say "CPU s, min. flt: the front nbdkit's own user+system CPU seconds and minor page"
-  say "faults over its whole life (GNU time); s/GiB: CPU s per GiB read."
+  say "faults over its whole life (bench/rusage); s/GiB: CPU s per GiB read."
   say "bench/compare.sh compares more workloads and nbdkit's readahead+cache filters."
 }
 

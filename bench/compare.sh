@@ -15,8 +15,8 @@
 # backend served (counted by nbdkit-stats-filter, outermost on the
 # backend, so it sees exactly what the front asked for) / bytes the client
 # read.  A second table gives what the front server cost: the front
-# nbdkit runs under GNU time (/usr/bin/time), which reports its own
-# rusage when it exits: CPU seconds (user + system, all threads, the whole
+# nbdkit runs under bench/rusage, which reports its own rusage when it
+# exits: CPU seconds (to the millisecond) (user + system, all threads, the whole
 # life of the server), minor page faults, and CPU seconds per GiB the
 # client read.  Configurations (columns):
 #
@@ -110,9 +110,10 @@ read -r -a backend_args <<<"$BACKEND"
 read -r -a ra_cache_args <<<"$RA_CACHE_ARGS"
 
 # ---- preflight -----------------------------------------------------------
-for c in "$NBDKIT" qemu-img fio nbdinfo timeout awk "$BENCH_TIME"; do
+for c in "$NBDKIT" qemu-img fio nbdinfo timeout awk; do
   command -v "$c" >/dev/null 2>&1 || bench_die "$c is not installed (./run.sh demo installs everything)"
 done
+bench_check_rusage
 fio --enghelp=nbd >/dev/null 2>&1 ||
   bench_die "this fio has no nbd engine (ioengine=nbd)"
 [ -x "$RA_BENCH" ] || bench_die "$RA_BENCH is not built (make in build/)"
@@ -396,7 +397,7 @@ print_table ()
 
 print_table cell mbps_raw
 echo
-echo "front server cost: CPU s per GiB read by the client (the front nbdkit's CPU s, user + system; its minor page faults), from the front's own rusage (GNU time), in the same median runs"
+echo "front server cost: CPU s per GiB read by the client (the front nbdkit's CPU s, user + system; its minor page faults), from the front's own rusage (bench/rusage), in the same median runs"
 echo
 print_table cost perg_raw
 echo

@@ -12,7 +12,7 @@
 # sockets in a private temporary directory:
 #
 #   backend:  nbdkit -r --filter=stats --filter=delay file IMAGE rdelay=RDELAY
-#   front:    nbdkit [FILTERS] nbd socket=backend.sock      (under GNU time)
+#   front:    nbdkit [FILTERS] nbd socket=backend.sock      (under bench/rusage)
 #
 # and the client, timed by this script (wall clock, the whole command):
 #
@@ -35,7 +35,7 @@
 #
 # Figures, of the median run by seconds: seconds; speed-up against plain
 # (plain seconds / seconds: above 1 is faster); the front nbdkit's own CPU
-# seconds (user + system) and minor page faults (GNU time: the rusage of
+# seconds (user + system) and minor page faults (bench/rusage: the rusage of
 # the whole life of the server); MiB the backend served (its stats
 # filter; the front is stopped first, so background reads count).
 #
@@ -88,9 +88,10 @@ image_bytes=$(bench_size_bytes "$IMAGE_SIZE") || bench_die "bad IMAGE_SIZE"
 (( image_bytes >= 16 * 1048576 && image_bytes % 1048576 == 0 )) ||
   bench_die "IMAGE_SIZE must be a whole number of MiB, 16M at least"
 
-for c in "$NBDKIT" qemu-img timeout awk "$PYTHON" "$BENCH_TIME"; do
+for c in "$NBDKIT" qemu-img timeout awk "$PYTHON"; do
   command -v "$c" >/dev/null 2>&1 || bench_die "$c is not installed (./run.sh demo installs everything)"
 done
+bench_check_rusage
 for f in stats delay readahead cache; do
   "$NBDKIT" --filter="$f" null --dump-plugin >/dev/null 2>&1 ||
     bench_die "nbdkit cannot load its $f filter"

@@ -7,7 +7,7 @@
 #
 # Backend: nbdkit -r --filter=delay pattern 4G rdelay=RDELAY (ceiling:
 # rdelay=0); front: nbdkit [--filter=FILTER] nbd socket=backend.sock,
-# under GNU time (its CPU seconds and minor faults), Unix sockets.
+# under bench/rusage (its CPU seconds and minor faults), Unix sockets.
 #
 # Workloads (rows), each one fio process (ioengine nbd), fixed seeds:
 #   boot   randread 4K, depth 1, every 4K block of BOOT_SPAN at 1G once,

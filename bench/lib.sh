@@ -26,8 +26,9 @@ BENCH_PATH=/usr/bin:/bin:$PATH
 : "${SERVER_TIMEOUT:=30}"
 # Seconds a client command gets before it counts as a hang.
 : "${CLIENT_TIMEOUT:=300}"
-# GNU time, for the rusage of the servers started with bench_start_timed.
-: "${BENCH_TIME:=/usr/bin/time}"
+# bench/rusage (built by make), for the rusage of the servers started
+# with bench_start_timed.
+: "${BENCH_RUSAGE:=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build/bench/rusage}"
 
 bench_tmpdir=
 bench_client_pid=
@@ -101,16 +102,23 @@ bench_start ()
   _bench_start_nbdkit "" "$@"
 }
 
+# bench_check_rusage: die unless BENCH_RUSAGE can be run.
+bench_check_rusage ()
+{
+  [ -x "$BENCH_RUSAGE" ] ||
+    bench_die "$BENCH_RUSAGE does not exist: build it with make (or set BENCH_RUSAGE)"
+}
+
 # bench_start_timed NAME NBDKIT-ARGS...: the same, with nbdkit run under
-# GNU time (BENCH_TIME), which writes the server's own rusage (from
-# wait4(): every thread, the whole life of the process, exit included)
-# to $bench_tmpdir/NAME.rusage when it exits; bench_rusage NAME reads it
-# once the server is stopped.  bench_stop signals nbdkit itself (the pid
-# in its pidfile: time does not forward SIGTERM) and waits for time.
+# bench/rusage (BENCH_RUSAGE), which writes the server's own rusage (from
+# wait4(): every thread, the whole life of the process, exit included;
+# CPU to the microsecond) to $bench_tmpdir/NAME.rusage when it exits;
+# bench_rusage NAME reads it once the server is stopped.  bench_stop
+# signals nbdkit itself (the pid in its pidfile: the wrapper forwards no
+# signal) and waits for the wrapper.
 bench_start_timed ()
 {
-  [ -x "$BENCH_TIME" ] ||
-    bench_die "$BENCH_TIME (GNU time) is not installed: apt-get install time"
+  bench_check_rusage
   _bench_start_nbdkit timed "$@"
 }
 
@@ -121,11 +129,10 @@ _bench_start_nbdkit ()
   local sock=$bench_tmpdir/$name.sock pidfile=$bench_tmpdir/$name.pid
   local -a server_wrapper=()
   rm -f "$sock" "$pidfile" "$bench_tmpdir/$name".{rusage,srvpid,wrapped,log}
-  # %U %S: user and system CPU seconds; %R: minor (reclaiming) page faults;
-  # %F: major page faults; %M: maximum resident set size in KiB.
+  # The record: user and system CPU seconds, minor and major page
+  # faults, maximum resident set size in KiB (bench/rusage.c).
   if [ -n "$timed" ]; then
-    server_wrapper=("$BENCH_TIME" -o "$bench_tmpdir/$name.rusage"
-                    -f '%U %S %R %F %M')
+    server_wrapper=("$BENCH_RUSAGE" "$bench_tmpdir/$name.rusage")
     : > "$bench_tmpdir/$name.wrapped"
   fi
   "${server_wrapper[@]}" "$NBDKIT" -f -U "$sock" -P "$pidfile" "$@" \
@@ -145,15 +152,15 @@ _bench_wait_started ()
 
 # bench_rusage NAME: "CPU_SECONDS MINOR_FAULTS MAJOR_FAULTS MAXRSS_KIB" of
 # a stopped server started with bench_start_timed (CPU seconds = user +
-# system, to 0.01 s, GNU time's resolution); "n/a n/a n/a n/a" if there
-# is no record (the server was killed, or not timed).
+# system, printed to the millisecond); "n/a n/a n/a n/a" if there is no
+# record (the server was killed, or not timed).
 bench_rusage ()
 {
   local f=$bench_tmpdir/$1.rusage
-  # GNU time writes "Command exited with non-zero status N" or "Command
-  # terminated by signal N" before the figures when so: take the last line.
+  # bench/rusage writes "exit status N" or "killed by signal N" before
+  # the figures when so: take the last line.
   if [ -s "$f" ] &&
-     tail -n 1 "$f" | awk 'NF == 5 { printf "%.2f %d %d %d\n", $1 + $2, $3, $4, $5; ok = 1 }
+     tail -n 1 "$f" | awk 'NF == 5 { printf "%.3f %d %d %d\n", $1 + $2, $3, $4, $5; ok = 1 }
                           END { exit !ok }'; then
     return 0
   fi
@@ -170,7 +177,7 @@ bench_stop ()
     return 0
   fi
   [ -f "$pidf" ] || return 0
-  # A wrapper (GNU time) that never saw the server's pidfile: signal the
+  # A wrapper (bench/rusage) that never saw the server's pidfile: signal the
   # wrapper's children and then the wrapper (stop_server signals the
   # server's own pid when it is known).
   if [ ! -s "$bench_tmpdir/$name.srvpid" ] &&

@@ -36,7 +36,7 @@
 # Every cell on fresh servers, both on Unix sockets:
 #   backend: nbdkit -r [--filter=rate rate=RATE burstiness=0.1]
 #            --filter=delay file IMAGE rdelay=DELAY
-#   front:   nbdkit [FILTERS] nbd socket=backend.sock   (under GNU time)
+#   front:   nbdkit [FILTERS] nbd socket=backend.sock   (under bench/rusage)
 # Each cell is the median of REPEAT runs (configurations alternated
 # within each repetition); a run's figures: the client's seconds (the
 # whole command) and the front's CPU seconds (user + system).  The table
@@ -91,9 +91,10 @@ fi
 
 [[ "$REPEAT" =~ ^[1-9][0-9]*$ ]] || bench_die "REPEAT must be a positive integer"
 read -r -a ra_cache_args <<<"$RA_CACHE_ARGS"
-for c in "$NBDKIT" qemu-img qemu-io nbdcopy fio timeout awk "$PYTHON" "$BENCH_TIME"; do
+for c in "$NBDKIT" qemu-img qemu-io nbdcopy fio timeout awk "$PYTHON"; do
   command -v "$c" >/dev/null 2>&1 || bench_die "$c is not installed (./run.sh demo installs everything)"
 done
+bench_check_rusage
 fio --enghelp=nbd >/dev/null 2>&1 || bench_die "this fio has no nbd engine (ioengine=nbd)"
 for f in delay rate readahead retry cache; do
   "$NBDKIT" --filter="$f" null --dump-plugin >/dev/null 2>&1 ||

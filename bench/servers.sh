@@ -20,7 +20,7 @@
 # nbd-server and lighttpd have no delay of their own: the delay filter
 # sits in the front, under the filters compared, so that their reads
 # (background ones included) wait as they would for a distant server.
-# The front runs under GNU time for its own rusage.  Configurations
+# The front runs under bench/rusage for its own rusage.  Configurations
 # (columns):
 #
 #   plain            no filter (only the delay)
@@ -88,9 +88,10 @@ disk_bytes=$(bench_size_bytes "$DISK_SIZE") || bench_die "bad DISK_SIZE"
 (( COUNT * 65536 > disk_bytes )) && COUNT=$(( disk_bytes / 65536 ))
 bytes=$(( COUNT * 65536 ))
 
-for c in "$NBDKIT" qemu-img timeout awk "$BENCH_TIME"; do
+for c in "$NBDKIT" qemu-img timeout awk; do
   command -v "$c" >/dev/null 2>&1 || bench_die "$c is not installed (./run.sh demo installs everything)"
 done
+bench_check_rusage
 declare -A row_label=(
   [nbd-server]="nbd-server, export \"$EXPORT\", +$NBD_RDELAY"
   [curl]="curl, lighttpd 127.0.0.1, +$CURL_RDELAY"

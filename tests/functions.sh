@@ -76,7 +76,7 @@ server_pid ()
 # terminate PID [SIGNAL-PIDS...]: SIGTERM to SIGNAL-PIDS (default PID),
 # then wait up to SERVER_TIMEOUT seconds for PID to go; if it has not,
 # SIGKILL them all and return 1.  (SIGNAL-PIDS: the server under a
-# wrapper such as GNU time, which does not forward SIGTERM.)
+# wrapper such as bench/rusage, which does not forward SIGTERM.)
 terminate ()
 {
   local pid=$1 i; shift
@@ -186,7 +186,7 @@ start_server ()
     fail "server $name did not start: nbdkit $*"
 }
 
-# A command that start_server runs nbdkit under (bench/lib.sh: GNU time).
+# A command that start_server runs nbdkit under (bench/lib.sh: bench/rusage).
 server_wrapper=()
 
 # server_started NAME PID WHAT PIDFILE READY-COMMAND...: record server
