@@ -42,44 +42,43 @@ awk -v u="$user" -v s="$sys" 'BEGIN { exit !(u + s > 0) }' ||
 [ "$minflt" -ge 2048 ] || fail "minor faults $minflt < 2048 for 8 MiB written"
 [ "$maxrss" -ge 8192 ] || fail "maximum RSS $maxrss KiB < 8 MiB written"
 
-# The command's status is the wrapper's, and is recorded before the figures.
-status=0
-"$RUSAGE" "$d/exit.rusage" sh -c 'exit 3' || status=$?
-[ "$status" -eq 3 ] || fail "exit status 3 came back as $status"
-[ "$(head -n 1 "$d/exit.rusage")" = "exit status 3" ] ||
-  fail "exit status not recorded: $(cat "$d/exit.rusage")"
-record_ok "$d/exit.rusage"
+# ended NAME STATUS FIRST-LINE COMMAND...: COMMAND under the wrapper,
+# its record in $d/NAME.rusage, must leave the wrapper with STATUS and a
+# record whose first line is FIRST-LINE and whose last is the figures.
+ended ()
+{
+  local name=$1 want=$2 line=$3 status=0; shift 3
+  "$RUSAGE" "$d/$name.rusage" "$@" || status=$?
+  [ "$status" -eq "$want" ] || fail "$*: the wrapper's status $status, not $want"
+  [ "$(head -n 1 "$d/$name.rusage")" = "$line" ] ||
+    fail "$*: the record does not begin \"$line\": $(cat "$d/$name.rusage")"
+  record_ok "$d/$name.rusage"
+}
 
-status=0
-"$RUSAGE" "$d/signal.rusage" sh -c 'kill -KILL $$' || status=$?
-[ "$status" -eq 137 ] || fail "death by SIGKILL came back as $status, not 137"
-[ "$(head -n 1 "$d/signal.rusage")" = "killed by signal 9" ] ||
-  fail "signal not recorded: $(cat "$d/signal.rusage")"
-record_ok "$d/signal.rusage"
+# refused NAME STATUS WORD WRAPPER-ARGS...: the wrapper, given
+# WRAPPER-ARGS, must exit with STATUS and a message on stderr naming WORD.
+refused ()
+{
+  local name=$1 want=$2 word=$3 status=0; shift 3
+  "$RUSAGE" "$@" 2>"$d/$name.err" || status=$?
+  [ "$status" -eq "$want" ] || fail "$name: the wrapper's status $status, not $want"
+  grep -q -- "$word" "$d/$name.err" ||
+    fail "$name: no message names $word: $(cat "$d/$name.err")"
+}
+
+# The command's status is the wrapper's, and is recorded before the figures.
+ended exit 3 "exit status 3" sh -c 'exit 3'
+ended signal 137 "killed by signal 9" sh -c 'kill -KILL $$'
 
 # A command that cannot be run: 127, a message naming it, no figures.
-status=0
-"$RUSAGE" "$d/missing.rusage" "$d/no-such-command" 2>"$d/missing.err" ||
-  status=$?
-[ "$status" -eq 127 ] || fail "a missing command gave $status, not 127"
-grep -q "no-such-command" "$d/missing.err" ||
-  fail "no message names the missing command: $(cat "$d/missing.err")"
+refused missing 127 no-such-command "$d/missing.rusage" "$d/no-such-command"
 [ ! -s "$d/missing.rusage" ] || fail "figures recorded for a command never run"
 
 # A record that cannot be written is an error before anything runs.
-status=0
-"$RUSAGE" "$d/no-such-dir/x" touch "$d/ran" 2>"$d/unwritable.err" ||
-  status=$?
-[ "$status" -eq 2 ] || fail "an unwritable record gave $status, not 2"
+refused unwritable 2 no-such-dir "$d/no-such-dir/x" touch "$d/ran"
 [ ! -e "$d/ran" ] || fail "the command ran although its record could not be written"
-grep -q "no-such-dir" "$d/unwritable.err" ||
-  fail "no message names the unwritable record: $(cat "$d/unwritable.err")"
 
 # No arguments: usage, status 2.
-status=0
-"$RUSAGE" 2>"$d/usage.err" || status=$?
-[ "$status" -eq 2 ] || fail "no arguments gave status $status, not 2"
-grep -q usage "$d/usage.err" ||
-  fail "no usage message for no arguments: $(cat "$d/usage.err")"
+refused usage 2 usage
 
 info PASS
