@@ -152,7 +152,7 @@ bounce_grow (struct rc_cache *c)
   }
   k->next = c->bounce_blocks;
   c->bounce_blocks = k;
-  n = k->map ? k->map / len : 1;
+  n = rc_huge_pieces (len);
   for (i = 0; i < n; i++) {
     char *b = (char *) k->mem + i * len;
 

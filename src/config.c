@@ -698,15 +698,15 @@ uint64_t
 rc_memory_other_estimate (const struct rc_config *c, unsigned readers)
 {
   uint64_t pages = c->page_size ? c->cache_size / c->page_size : 0;
-  uint64_t bounce = c->io_max, block, per_block;
+  uint64_t bounce = c->io_max, block = rc_huge_map_len (c->io_max);
 
   /* A bounce buffer's share of the block of whole huge pages it is cut
-   * from, as src/backend-read.c cuts them.
+   * from, as src/backend-read.c cuts them (rc_huge_pieces).
    */
-  block = rc_huge_map_len (bounce);
   if (block) {
-    per_block = block / bounce;
-    bounce = (block + per_block - 1) / per_block;
+    size_t pieces = rc_huge_pieces (c->io_max);
+
+    bounce = (block + pieces - 1) / pieces;
   }
   return pages * RC_MEMORY_PER_PAGE
     + bounce * ((uint64_t) readers + c->max_background)

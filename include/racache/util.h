@@ -76,6 +76,18 @@ rc_huge_map_len (size_t len)
   return len < RC_HUGE_MIN || n < len ? 0 : n;
 }
 
+/* How many len-byte pieces one rc_huge_alloc (len) block holds: a block
+ * of whole huge pages is cut in as many as fit (two 1 MiB bounce buffers
+ * in 2 MiB), a calloc'd one is one piece.
+ */
+static inline size_t
+rc_huge_pieces (size_t len)
+{
+  size_t map = rc_huge_map_len (len);
+
+  return map ? map / len : 1;
+}
+
 /* The monotonic clock in ns: the one clock of the core's decisions. */
 static inline uint64_t
 rc_now_ns (void)

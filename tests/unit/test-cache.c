@@ -2510,33 +2510,38 @@ END_TEST
 
 /* ---- the suite -------------------------------------------------------- */
 
+/* A test case of the suite, each test on a fresh bed (bed_setup). */
+static TCase *
+bed_tcase (Suite *s, const char *name, double timeout)
+{
+  TCase *tc = tcase_create (name);
+
+  tcase_add_checked_fixture (tc, bed_setup, bed_teardown);
+  tcase_set_timeout (tc, timeout);
+  suite_add_tcase (s, tc);
+  return tc;
+}
+
 static Suite *
 cache_suite (void)
 {
   Suite *s = suite_create ("cache");
   TCase *tc;
 
-  tc = tcase_create ("read");
-  tcase_add_checked_fixture (tc, bed_setup, bed_teardown);
+  tc = bed_tcase (s, "read", 120);
   tcase_add_test (tc, test_data_512);
   tcase_add_test (tc, test_data_4k);
   tcase_add_test (tc, test_data_64k);
   tcase_add_test (tc, test_zero_length);
   tcase_add_test (tc, test_many_batches);
-  tcase_set_timeout (tc, 120);
-  suite_add_tcase (s, tc);
 
-  tc = tcase_create ("windows");
-  tcase_add_checked_fixture (tc, bed_setup, bed_teardown);
+  tc = bed_tcase (s, "windows", 120);
   tcase_add_test (tc, test_worked_example);
   tcase_add_test (tc, test_worked_example_small_io);
   tcase_add_test (tc, test_random_exact);
   tcase_add_test (tc, test_ra_off);
-  tcase_set_timeout (tc, 120);
-  suite_add_tcase (s, tc);
 
-  tc = tcase_create ("congestion");
-  tcase_add_checked_fixture (tc, bed_setup, bed_teardown);
+  tc = bed_tcase (s, "congestion", 120);
   tcase_add_test (tc, test_congestion_skip);
   tcase_add_test (tc, test_congestion_slow);
   tcase_add_test (tc, test_congestion_wait);
@@ -2550,52 +2555,34 @@ cache_suite (void)
   tcase_add_test (tc, test_drop_reads_around);
   tcase_add_test (tc, test_reordered_no_yield);
   tcase_add_test (tc, test_promote_not_stale);
-  tcase_set_timeout (tc, 120);
-  suite_add_tcase (s, tc);
 
-  tc = tcase_create ("errors");
-  tcase_add_checked_fixture (tc, bed_setup, bed_teardown);
+  tc = bed_tcase (s, "errors", 120);
   tcase_add_test (tc, test_sync_error);
   tcase_add_test (tc, test_extra_batch_error);
   tcase_add_test (tc, test_async_error);
   tcase_add_test (tc, test_async_error_persistent);
-  tcase_set_timeout (tc, 120);
-  suite_add_tcase (s, tc);
 
-  tc = tcase_create ("writes");
-  tcase_add_checked_fixture (tc, bed_setup, bed_teardown);
+  tc = bed_tcase (s, "writes", 120);
   tcase_add_test (tc, test_invalidate_inflight_sync);
   tcase_add_test (tc, test_invalidate_inflight_async);
   tcase_add_test (tc, test_invalidate_cached);
-  tcase_set_timeout (tc, 120);
-  suite_add_tcase (s, tc);
 
-  tc = tcase_create ("eviction");
-  tcase_add_checked_fixture (tc, bed_setup, bed_teardown);
+  tc = bed_tcase (s, "eviction", 120);
   tcase_add_test (tc, test_evict_order);
   tcase_add_test (tc, test_drop_behind);
   tcase_add_test (tc, test_evict_load);
-  tcase_set_timeout (tc, 120);
-  suite_add_tcase (s, tc);
 
-  tc = tcase_create ("memory");
-  tcase_add_checked_fixture (tc, bed_setup, bed_teardown);
+  tc = bed_tcase (s, "memory", 60);
   tcase_add_test (tc, test_huge_alloc);
   tcase_add_test (tc, test_tables_huge);
   tcase_add_test (tc, test_memory_estimate);
   tcase_add_test (tc, test_bounce_huge);
-  tcase_set_timeout (tc, 60);
-  suite_add_tcase (s, tc);
 
-  tc = tcase_create ("fill");
-  tcase_add_checked_fixture (tc, bed_setup, bed_teardown);
+  tc = bed_tcase (s, "fill", 120);
   tcase_add_test (tc, test_fill);
   tcase_add_test (tc, test_fill_small_io);
-  tcase_set_timeout (tc, 120);
-  suite_add_tcase (s, tc);
 
-  tc = tcase_create ("connections");
-  tcase_add_checked_fixture (tc, bed_setup, bed_teardown);
+  tc = bed_tcase (s, "connections", 120);
   tcase_add_test (tc, test_open_fails);
   tcase_add_test (tc, test_open_blocks);
   tcase_add_test (tc, test_open_slow_kept);
@@ -2603,15 +2590,10 @@ cache_suite (void)
   tcase_add_test (tc, test_open_yields_to_client);
   tcase_add_test (tc, test_conn_lost);
   tcase_add_test (tc, test_conn_default);
-  tcase_set_timeout (tc, 120);
-  suite_add_tcase (s, tc);
 
-  tc = tcase_create ("stress");
-  tcase_add_checked_fixture (tc, bed_setup, bed_teardown);
+  tc = bed_tcase (s, "stress", 300);
   tcase_add_test (tc, test_stress_skip);
   tcase_add_test (tc, test_stress_wait);
-  tcase_set_timeout (tc, 300);
-  suite_add_tcase (s, tc);
 
   return s;
 }
