@@ -16,7 +16,6 @@ random_file "$tmpdir/disk.img" "$size"
 want=$(md5sum < "$tmpdir/disk.img")
 
 start_server back -r --filter=delay file "$tmpdir/disk.img" rdelay=1ms
-start_front front back ra-cache-stats-socket="$tmpdir/front-stats.sock"
 
 convert ()  # convert PASS: copy the export, check it
 {
@@ -27,11 +26,23 @@ convert ()  # convert PASS: copy the export, check it
   [ "$(md5sum < "$tmpdir/copy.img")" = "$want" ] || fail "pass $1: wrong data"
 }
 
-convert 1
-read -r around1 covered1 pages1 misses1 <<<"$(live_stat front \
-  read_around_pages async_covered cache_pages page_misses)"
-info "pass 1: read_around_pages=$around1 async_covered=$covered1" \
-     "cache_pages=$pages1 page_misses=$misses1"
+# Pass 1 on a fresh front.  A convert that the read-ahead kept ahead of
+# from its first read to its last (it missed no page but the first: it
+# never waited, so it never kept reads in flight and was not covered)
+# is a client slower than the backend, served as it should be, but not
+# the case under test: seen once in a make check beside other tests.
+# Such a pass is run again on a fresh front, at most three times.
+for try in 1 2 3; do
+  start_front front back ra-cache-stats-socket="$tmpdir/front-stats.sock"
+  convert 1
+  read -r around1 covered1 pages1 misses1 <<<"$(live_stat front \
+    read_around_pages async_covered cache_pages page_misses)"
+  info "pass 1 (try $try): read_around_pages=$around1" \
+       "async_covered=$covered1 cache_pages=$pages1 page_misses=$misses1"
+  (( covered1 == 0 && misses1 <= 1 && try < 3 )) || break
+  info "pass 1: the read-ahead kept ahead of convert all along; again"
+  stop_server front || fail "the front did not stop cleanly"
+done
 (( covered1 > 0 )) || fail "pass 1: convert's reads were never covered"
 # Most of it, but not always half: on a loaded machine convert is now
 # and then not covered for part of its job (most likely let go by the
