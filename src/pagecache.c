@@ -753,8 +753,7 @@ rc_pc_copy_run (struct rc_pagecache *pc, ra_pgoff index, unsigned n,
 {
   struct shard *s = shard_of (pc, index);
   ra_pgoff group_end = ((index >> GROUP_SHIFT) + 1) << GROUP_SHIFT;
-  bool inactive = false;
-  unsigned k;
+  unsigned k, inactive = 0;
 
   if (n > group_end - index)
     n = group_end - index;
@@ -767,9 +766,12 @@ rc_pc_copy_run (struct rc_pagecache *pc, ra_pgoff index, unsigned n,
     if (pc->arena)
       memcpy ((char *) dst + ((size_t) k << pc->page_shift), p->data,
               pc->page_size);
-    inactive |= read_once (pc, s, p, index + k == again_index);
+    inactive += read_once (pc, s, p, index + k == again_index);
   }
-  if (inactive)
+  /* One page back per page read once, as rc_pc_access does: one for the
+   * whole run let the pages read once grow past the reserve.
+   */
+  while (inactive-- > 0)
     drop_behind (pc, s);
   RELEASE_LOCK (&s->lock);
   return k;

@@ -266,9 +266,8 @@ void rc_pc_counts (struct rc_pagecache *pc, struct rc_pc_counts *out);
 
 /* For tests, on a cache where nothing runs: does the count of pages
  * kept per group (what lets walks over ranges read around the cache
- * skip the groups that hold nothing) match the pages cached?  True also
- * when the cache keeps no such counts (out of memory); aborts when it
- * cannot allocate its own table.
+ * skip the groups that hold nothing) match the pages cached?  Aborts
+ * when it cannot allocate its own table.
  */
 bool rc_pc_groups_consistent (struct rc_pagecache *pc);
 

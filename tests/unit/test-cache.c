@@ -1620,6 +1620,42 @@ END_TEST
  * cache does not grow to its capacity for data read once; pages read at
  * random, or read twice, make it grow.
  */
+/* Pages read once beyond the reserve go back one for one, also when a
+ * client's read takes a whole run of hits at a time (rc_pc_copy_run):
+ * 4,096 pages read once, 16 at a time, leave the reserve (2,048 pages
+ * in a 64M cache of 4K pages), not 4,096 less one a run.
+ */
+START_TEST (test_reserve_bound)
+{
+  const ra_pgoff n = 4096, run = 16;
+  struct rc_stats st;
+  struct rc_pagecache *pc;
+  struct rc_pc_counts k;
+  char *buf = malloc (run * 4096);
+  ra_pgoff i;
+
+  ck_assert_ptr_nonnull (buf);
+  memset (&st, 0, sizeof st);
+  memset (buf, 7, run * 4096);
+  pc = rc_pc_new (64 * MiB, 4096, &st);
+  ck_assert_ptr_nonnull (pc);
+  rc_pc_set_nr_pages (pc, 2 * n);
+  for (i = 0; i < n; i += run) {
+    ra_pgoff j;
+
+    for (j = i; j < i + run; j++)
+      ck_assert (rc_pc_insert (pc, j, false, RC_INSERT_AHEAD, 0));
+    rc_pc_complete (pc, i, run, buf, run * 4096, 0);
+    ck_assert_uint_eq (rc_pc_copy_run (pc, i, run, buf, RA_NO_MARKER), run);
+  }
+  rc_pc_counts (pc, &k);
+  ck_assert_uint_eq (k.pages, 2048);
+  ck_assert (rc_pc_groups_consistent (pc));
+  rc_pc_free (pc);
+  free (buf);
+}
+END_TEST
+
 START_TEST (test_drop_behind)
 {
   const uint64_t P = 4096;
@@ -2570,6 +2606,7 @@ cache_suite (void)
   tc = bed_tcase (s, "eviction", 120);
   tcase_add_test (tc, test_evict_order);
   tcase_add_test (tc, test_drop_behind);
+  tcase_add_test (tc, test_reserve_bound);
   tcase_add_test (tc, test_evict_load);
 
   tc = bed_tcase (s, "memory", 60);
