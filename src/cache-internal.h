@@ -81,8 +81,11 @@ struct rc_cache {
    * their backend connections (src/connpool.c).
    */
   struct rc_jobq q;
-  unsigned nworkers;
-  pthread_t *workers;
+  unsigned max_workers;         /* ra-max-background */
+  unsigned nworkers;            /* started (under q.lock): rc_workers_grow */
+  unsigned idle_workers;        /* waiting for work (under q.lock) */
+  bool grow_failed;             /* a worker could not be started */
+  pthread_t *workers;           /* max_workers slots */
   struct rc_pool pool;
 
   /* ra-cache-learn: the learned file and its replay (src/replay.c),
@@ -105,7 +108,15 @@ struct rc_stream {
 };
 
 /* src/workers.c */
+/* Up to n workers: one starts now, the others as jobs wait for them
+ * (rc_workers_grow).
+ */
 int rc_workers_start (struct rc_cache *c, unsigned n);
+/* A job was queued: start one more worker if more jobs are queued than
+ * workers wait for work, and fewer than n were started.  Called with
+ * c->q.lock held.
+ */
+void rc_workers_grow (struct rc_cache *c);
 /* Stop the workers (queued jobs given up) and close the connections. */
 void rc_workers_stop (struct rc_cache *c);
 /* After rc_workers_stop: wait for the connector (an open under way

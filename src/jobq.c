@@ -249,6 +249,7 @@ enqueue (struct rc_cache *c, struct rc_job *j)
   if (async)
     atomic_fetch_add (&c->q.queued_async, 1);
   jobs_append (async ? &c->q.async : &c->q.sync, j);
+  rc_workers_grow (c);
   return 0;
 }
 
@@ -489,6 +490,7 @@ rc_promote (struct rc_cache *c, ra_pgoff index, struct rc_promotion *pr)
   if (j) {
     jobs_append (&c->q.sync, j);
     STAT_ADD (&c->stats, async_promoted, 1);
+    rc_workers_grow (c);
   }
   else {
     pr->index = index;

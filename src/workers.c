@@ -12,7 +12,9 @@
 #include <config.h>
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cache-internal.h"
 #include "racache/util.h"
@@ -61,7 +63,9 @@ worker_main (void *arg)
     if (!j) {
       if (c->q.stopping)
         break;
+      c->idle_workers++;
       pthread_cond_wait (&c->q.cond, &c->q.lock);
+      c->idle_workers--;
       continue;
     }
     RELEASE_LOCK (&c->q.lock);
@@ -106,33 +110,70 @@ rc_workers_ready (struct rc_cache *c)
   return rc_pool_ready (&c->pool);
 }
 
+/* Start one more worker.  Called with c->q.lock held (or before any
+ * other thread can see c).  Returns 0 or an errno.
+ */
+static int
+worker_add (struct rc_cache *c)
+{
+  int e = pthread_create (&c->workers[c->nworkers], NULL, worker_main, c);
+
+  if (e == 0)
+    c->nworkers++;
+  return e;
+}
+
+/* Workers start as jobs wait for them, not all at once: a thread costs
+ * a fresh server a clone, a stack and, once it allocates, a malloc
+ * arena (bench/RESULTS.md, "The first burst and workers on demand"),
+ * and a short job (one import of a small image, a probe client) needs
+ * few of them.
+ * A queued job that no waiting worker will take starts one more, up to
+ * ra-max-background, and workers never stop before the cache does.
+ * Jobs queued behind a connection (the workers wait for one) or held
+ * back by congestion count as waited for by the workers waiting, so
+ * they start no more workers than the queue holds jobs.  If a worker
+ * cannot be started, the jobs wait for those there are (at least one,
+ * started with the cache).
+ */
+void
+rc_workers_grow (struct rc_cache *c)
+{
+  int e;
+
+  if (c->q.stopping || c->nworkers >= c->max_workers ||
+      atomic_load (&c->q.queued) <= c->idle_workers)
+    return;
+  if ((e = worker_add (c)) != 0 && !c->grow_failed && c->be.log) {
+    char msg[160];
+
+    c->grow_failed = true;      /* said once */
+    snprintf (msg, sizeof msg, "ra-cache: cannot start a background worker "
+              "(%u running): %s", c->nworkers, strerror (e));
+    c->be.log (c->be.opaque, true, msg);
+  }
+}
+
 int
 rc_workers_start (struct rc_cache *c, unsigned n)
 {
   struct rc_pool_hooks hooks = {
     .opaque = c, .usable = pool_usable, .none_open = pool_none_open,
   };
-  unsigned i, nconn;
+  unsigned nconn;
   int e = 0;
 
   rc_pool_init (&c->pool);
+  c->max_workers = n;
   c->workers = calloc (n, sizeof *c->workers);
   if (!c->workers)
     e = errno;
-  else {
-    for (i = 0; i < n; i++) {
-      e = pthread_create (&c->workers[i], NULL, worker_main, c);
-      if (e != 0)
-        break;
-    }
-    c->nworkers = i;
+  else if ((e = worker_add (c)) == 0) {
     nconn = rc_backend_connections (&c->cfg, c->be.one_call_per_ctx);
-    if (i == n &&
-        rc_pool_start (&c->pool, &c->be, nconn < n ? nconn : n, &c->stats,
+    if (rc_pool_start (&c->pool, &c->be, nconn < n ? nconn : n, &c->stats,
                        &hooks) == 0)
       return 0;
-    if (i == n)
-      e = errno;
+    e = errno;
   }
   rc_workers_stop (c);
   rc_workers_join (c);
@@ -143,13 +184,17 @@ rc_workers_start (struct rc_cache *c, unsigned n)
 void
 rc_workers_stop (struct rc_cache *c)
 {
-  unsigned i;
+  unsigned i, n;
 
   /* Queued jobs are abandoned: their pages go back to absent and any
    * client waiting for them gets ESHUTDOWN.
    */
   rc_jobq_stop (c);
-  for (i = 0; i < c->nworkers; i++)
+  /* No worker starts once the queue is stopping (rc_workers_grow). */
+  ACQUIRE_LOCK (&c->q.lock);
+  n = c->nworkers;
+  RELEASE_LOCK (&c->q.lock);
+  for (i = 0; i < n; i++)
     pthread_join (c->workers[i], NULL);
   free (c->workers);
   c->workers = NULL;

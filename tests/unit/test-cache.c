@@ -1074,6 +1074,56 @@ START_TEST (test_unparked_jobs_wake_workers)
 }
 END_TEST
 
+/* The threads of this process now (/proc/self/task). */
+static unsigned
+threads_now (void)
+{
+  FILE *fp = fopen ("/proc/self/status", "r");
+  char line[128];
+  unsigned n = 0;
+
+  ck_assert_ptr_nonnull (fp);
+  while (fgets (line, sizeof line, fp))
+    if (sscanf (line, "Threads: %u", &n) == 1)
+      break;
+  fclose (fp);
+  ck_assert_uint_gt (n, 0);
+  return n;
+}
+
+/* Workers start as jobs wait for them (src/workers.c, rc_workers_grow):
+ * a new cache runs one worker (and the connector), not
+ * ra-max-background of them; an async part of many jobs held at the
+ * gate starts more, up to ra-max-background (4 here) and no further.
+ */
+START_TEST (test_workers_on_demand)
+{
+  const uint64_t P = 4096;
+  struct rc_cache *c;
+  struct rc_stream *s;
+  unsigned before = threads_now ();
+
+  struct fake *f = bed_fake (4 * MiB);
+  /* As test_unparked_jobs_wake_workers: an async part of 32 jobs. */
+  c = mk_cache (f, OPTS (.mode = RA_MODE_KERNEL, .cache = 16 * MiB,
+                         .ra_max = 1 * MiB, .io_max = 16 * KiB));
+  ck_assert_uint_eq (threads_now (), before + 2);
+  sync_reads_queue (c, f);
+  s = rc_stream_new ();
+  fake_set_gate (f, true, 128 * P, 256 * P);
+  RD_OK (c, s, f, 0, 128 * P);
+  ck_assert (fake_wait_blocked (f, 4));
+  sleep_ns (50000000);
+  ck_assert_uint_eq (threads_now (), before + 1 + 4);
+  fake_set_gate (f, false, 0, 0);
+  ASSERT_IDLE (c);
+  ck_assert_uint_eq (threads_now (), before + 1 + 4);
+  rc_stream_free (s);
+  free_cache (c, f);
+  ck_assert_uint_eq (threads_now (), before);
+}
+END_TEST
+
 /* A client waits for a page whose async read is already running (not
  * queued): once its wait is over, nothing of it is left to promote a
  * later async read of that page that nobody waits for.
@@ -2588,6 +2638,7 @@ cache_suite (void)
   tcase_add_test (tc, test_yield_to_random);
   tcase_add_test (tc, test_promote_many);
   tcase_add_test (tc, test_unparked_jobs_wake_workers);
+  tcase_add_test (tc, test_workers_on_demand);
   tcase_add_test (tc, test_drop_reads_around);
   tcase_add_test (tc, test_reordered_no_yield);
   tcase_add_test (tc, test_promote_not_stale);
