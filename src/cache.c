@@ -426,7 +426,7 @@ env_decided (void *opaque, const struct rc_trigger *t)
 {
   struct rc_cache *c = opaque;
   unsigned shift = c->params.page_shift;
-  char line[384], dropped[64] = "", behind[64] = "";
+  char line[448], dropped[96] = "", behind[64] = "";
 
   if (!c->be.log_windows || !c->be.log)
     return;
@@ -436,6 +436,9 @@ env_decided (void *opaque, const struct rc_trigger *t)
   if (t->dropped > 0)
     snprintf (dropped, sizeof dropped, ", async part dropped (%" PRIu64
               " bytes: the backend is busy)", (uint64_t) t->dropped << shift);
+  else if (t->burst > 0)
+    snprintf (dropped, sizeof dropped, ", not read (the first burst: the "
+              "stream's third window before a read completed)");
   snprintf (line, sizeof line,
             "ra-cache: window: stream %u, %s trigger at %" PRIu64
             ", branch %s (%s): %" PRIu64 "+%" PRIu64 " bytes, async part %"

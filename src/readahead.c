@@ -173,6 +173,7 @@ ra_state_init (struct ra_state *ra)
   ra->near = (struct ra_near) { 0 };
   ra->covered = false;
   ra->queue_seen = false;
+  ra->first_windows = 0;
   ra->covered_since_ns = 0;
 }
 

@@ -193,6 +193,7 @@ static const struct {
   { "ahead_used_pages", "ahead_used_bytes", PROM_PAGES },
   { "ahead_wasted_pages", "ahead_wasted_bytes", PROM_PAGES },
   { "async_skipped_pages", "async_skipped_bytes", PROM_PAGES },
+  { "async_burst_pages", "async_burst_bytes", PROM_PAGES },
   { "invalidated_pages", "invalidated_bytes", PROM_PAGES },
   { "read_around_pages", "read_around_bytes", PROM_PAGES },
   { "inflight_now", "backend_reads_inflight", PROM_SAME },

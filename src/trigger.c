@@ -10,6 +10,9 @@
  *   2. inputs (adaptive mode): the clock, the backend model, the cache's
  *      fair share, the stream's waste and near hits, and the yield bound;
  *   3. decide: rc_read_decide (the engine, readahead.c);
+ *   3b. first burst: before the stream's first read completed, an async
+ *      trigger past its first two windows, of a client with ra-io-max
+ *      of reads in flight, reads nothing (first_burst);
  *   4. around: a request whose window keeps nothing beyond it (covered,
  *      or its async part may not be kept now), from its first page, is
  *      read around the cache where the user can;
@@ -76,7 +79,7 @@ rc_trigger_init (struct rc_trigger *t, struct ra_state *ra, unsigned owner,
   t->io = 0;
   t->covered = t->around = t->yielded = false;
   memset (&t->res, 0, sizeof t->res);
-  t->dropped = 0;
+  t->dropped = t->burst = 0;
   t->marker_page = RA_NO_MARKER;
   t->need_start = index;
   t->need_end = last;
@@ -210,6 +213,40 @@ keep_or_drop (struct rc_trigger_env *env, struct rc_trigger *t)
                                       env->cache_ops->abandon, env->cache);
   STAT_ADD (env->st, async_skipped, 1);
   STAT_ADD (env->st, async_skipped_pages, t->dropped);
+}
+
+/* The first burst.  Before a stream's first read has completed, its
+ * async triggers come as fast as a deep client's reads reach the filter
+ * (nbdcopy's 16 in a millisecond), not one consumption time apart as
+ * the kernel's ramp assumes: the ramp would read 1M, 2M and 4M ahead on
+ * nothing but the order of the reads, while the client asks for most of
+ * those pages itself, and every page read ahead is cache memory that a
+ * fresh server touches for the first time.  So until then a stream
+ * makes its first two windows with an async part (the initial one and
+ * the next: all that a client of a few reads, such as 256K depth 4,
+ * triggers), and a later async trigger whose client has at least
+ * ra-io-max of its own reads in flight reads nothing.  The window stays
+ * in the stream state, as though read, so that the client's read that
+ * reaches its start finds it missing and the ramp goes on from it
+ * (branch B, sync), sized as it would have been; its pages count as
+ * async_burst_pages.  Adaptive mode only: kernel mode is the kernel's
+ * rules exactly.  A client with less in flight (64K depth 16: 320K
+ * at its third trigger) needs the window's head start: its reads are
+ * not enough to keep the backend busy.
+ */
+static bool
+first_burst (const struct rc_trigger_env *env, struct rc_trigger *t)
+{
+  if (env->params->mode != RA_MODE_ADAPTIVE || t->ra->prev_valid ||
+      t->w.async_size == 0)
+    return false;
+  if (t->ra->first_windows < 2) {
+    t->ra->first_windows++;
+    return false;
+  }
+  return t->marker && t->w.async_size == t->w.size &&
+    t->depth_bytes >= (uint64_t) env->params->io_max
+                      << env->params->page_shift;
 }
 
 /* ---- the yield bound and the inputs ---------------------------------- */
@@ -424,7 +461,11 @@ decide_and_submit (struct rc_trigger_env *env, struct rc_trigger *t)
     note_random_wait (env, t->owner);
   if (t->w.size == 0)
     return;
-  if (!read_around (env, t)) {
+  if (first_burst (env, t)) {
+    t->burst = t->w.size;
+    STAT_ADD (env->st, async_burst_pages, t->burst);
+  }
+  else if (!read_around (env, t)) {
     submit (env, t, false);
     keep_or_drop (env, t);
   }

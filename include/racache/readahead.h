@@ -132,6 +132,8 @@ struct ra_state {
                          * while it was covered (RC_CONG_COVERED) */
   uint64_t covered_since_ns; /* ... since when, or since when it was
                          * covered before being let go calm (0: neither) */
+  unsigned first_windows; /* windows made before its first read completed,
+                         * up to 2 (src/trigger.c, first_burst) */
 };
 
 /* Engine parameters.  Sizes in pages except where said. */

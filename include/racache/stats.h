@@ -89,6 +89,8 @@
      "Async parts skipped for congestion.")                             \
   X (COUNTER, async_skipped_pages, RC_FIELD (async_skipped_pages), -1, 0, \
      "Pages of the skipped async parts.")                               \
+  X (COUNTER, async_burst_pages, RC_FIELD (async_burst_pages), -1, 0,   \
+     "Pages of windows not read: a stream's first burst, past its first two.") \
   X (COUNTER, async_delayed, RC_FIELD (async_delayed), -1, 1,           \
      "Async reads held back for congestion.")                           \
   X (COUNTER, async_promoted, RC_FIELD (async_promoted), -1, 0,         \

@@ -161,6 +161,8 @@ struct rc_trigger {
                                    reader (RC_YIELD_DIV) */
   struct ra_submit_result res;  /* pages inserted by part */
   ra_pgoff dropped;             /* async pages dropped for congestion */
+  ra_pgoff burst;               /* pages of a window not read: the
+                                   stream's first burst (src/trigger.c) */
   ra_pgoff marker_page;         /* the page that got the marker, or
                                    RA_NO_MARKER */
   ra_pgoff need_start, need_end; /* pages whose read errors are the

@@ -60,6 +60,7 @@ struct sim {
    */
   bool around;
   unsigned arounds, depth;
+  uint64_t depth_bytes;         /* ... and their bytes */
   /* The last submit. */
   struct rc_batch b[SIM_MAX_BATCHES];
   unsigned nb;
@@ -279,7 +280,7 @@ sim_trigger (struct sim *s, ra_pgoff index, bool marker, ra_pgoff req,
   rc_trigger_env_init (&env, &sim_trigger_ops, s, &sim_cache_ops, s,
                        &s->p, &s->st);
   rc_trigger_init (&t, &s->ra, 1, index, marker, index + req, s->rd,
-                   s->depth, 0);
+                   s->depth, s->depth_bytes);
   s->nb = 0;
   rc_trigger (&env, &t, NULL, &err);
   *w = t.w;
@@ -1253,6 +1254,83 @@ START_TEST (test_drop_all_async_restart_B)
 }
 END_TEST
 
+/* The first burst (src/trigger.c, first_burst): before any read of the
+ * stream completed (the triggers below, without a read path, never
+ * complete one), a deep client's reads reach the markers one after the
+ * other.  Sync trigger at 0 (req 4): A (0, 8, 4, 4); marker 4: B (8,
+ * 16, 16, 8); marker 8: B (24, 32, 32, 24), the third window with an
+ * async part.  With io_max (32 pages, 128K) of the client's reads in
+ * flight it reads nothing: no batch, no page, no marker, its 32 pages
+ * counted as async_burst_pages; the state keeps it, so the client's
+ * read that misses at 24 goes on through B (sync: start 24,
+ * next_size(32) = 32, wholly async, merged at max as the kernel merges:
+ * size 32, async 16, marker 40).  A client with
+ * less in flight, or one of whose reads completed, gets it read, as
+ * in kernel mode.  (Adaptive mode with adapt_min = ra_max: every window
+ * as in kernel mode.)
+ */
+static struct sim *
+burst_sim (enum ra_mode mode, uint64_t depth_bytes, bool completed)
+{
+  struct sim *s = sim_std ();
+  struct ra_window w;
+
+  s->p.mode = mode;
+  s->p.adapt_min = 32;          /* the cap stays ra_max (32) */
+  s->depth = 8;
+  s->depth_bytes = depth_bytes;
+  sim_trigger (s, 0, false, 4, &w);
+  ck_win (w, RA_A_INITIAL, 0, 8, 4, 4);
+  sim_trigger (s, 4, true, 4, &w);
+  ck_win (w, RA_B_SEQUENTIAL, 8, 16, 16, 8);
+  ck_assert_uint_eq (s->res.async_pages, 16);
+  if (completed)
+    ra_update_prev_pos (&s->ra, 4 << 12);
+  sim_trigger (s, 8, true, 4, &w);
+  ck_win (w, RA_B_SEQUENTIAL, 24, 32, 32, 24);
+  ck_state (s, 24, 32, 32);
+  return s;
+}
+
+START_TEST (test_first_burst)
+{
+  struct sim *s = burst_sim (RA_MODE_ADAPTIVE, 32 << 12, false);
+  struct ra_window w;
+
+  ck_assert_uint_eq (s->nb, 0);
+  ck_assert_uint_eq (s->res.async_pages, 0);
+  ck_assert (!s->cached[24] && !s->marker[24]);
+  ck_assert_uint_eq (atomic_load (&s->st.async_burst_pages), 32);
+  ck_assert_uint_eq (atomic_load (&s->st.async_skipped), 0);
+  sim_trigger (s, 24, false, 4, &w);
+  ck_win (w, RA_B_SEQUENTIAL, 24, 32, 16, 40);
+  ck_assert (s->cached[24] && s->marker[40]);
+  ck_assert_uint_eq (atomic_load (&s->st.async_burst_pages), 32);
+  free (s);
+
+  /* Less than io_max in flight (64K depth 16 at its third trigger):
+   * the window's head start is needed.
+   */
+  s = burst_sim (RA_MODE_ADAPTIVE, (32 << 12) - 1, false);
+  ck_assert_uint_eq (s->res.async_pages, 32);
+  ck_assert (s->cached[24] && s->marker[24]);
+  ck_assert_uint_eq (atomic_load (&s->st.async_burst_pages), 0);
+  free (s);
+
+  /* A read completed: no burst any more. */
+  s = burst_sim (RA_MODE_ADAPTIVE, 32 << 12, true);
+  ck_assert_uint_eq (s->res.async_pages, 32);
+  ck_assert_uint_eq (atomic_load (&s->st.async_burst_pages), 0);
+  free (s);
+
+  /* Kernel mode: the kernel's rules exactly. */
+  s = burst_sim (RA_MODE_KERNEL, 32 << 12, false);
+  ck_assert_uint_eq (s->res.async_pages, 32);
+  ck_assert_uint_eq (atomic_load (&s->st.async_burst_pages), 0);
+  free (s);
+}
+END_TEST
+
 /* ---- 11, 12, 13: the end of the export -------------------------------- */
 
 /* Export of 40 pages, 4-page reads from 0: A (0, 8, 4, 4), B (8, 16, 16,
@@ -1758,6 +1836,7 @@ readahead_suite (void)
   tcase_add_test (tc, test_drop_continues_B);
   tcase_add_test (tc, test_drop_deep_reads_around);
   tcase_add_test (tc, test_drop_all_async_restart_B);
+  tcase_add_test (tc, test_first_burst);
   suite_add_tcase (s, tc);
 
   tc = tcase_create ("export-end");
