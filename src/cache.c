@@ -437,8 +437,8 @@ env_decided (void *opaque, const struct rc_trigger *t)
     snprintf (dropped, sizeof dropped, ", async part dropped (%" PRIu64
               " bytes: the backend is busy)", (uint64_t) t->dropped << shift);
   else if (t->burst > 0)
-    snprintf (dropped, sizeof dropped, ", not read (the first burst: the "
-              "stream's third window before a read completed)");
+    snprintf (dropped, sizeof dropped, ", not read (the first burst: past "
+              "the stream's first two windows before a read completed)");
   snprintf (line, sizeof line,
             "ra-cache: window: stream %u, %s trigger at %" PRIu64
             ", branch %s (%s): %" PRIu64 "+%" PRIu64 " bytes, async part %"
