@@ -1264,10 +1264,10 @@ END_TEST
  * counted as async_burst_pages; the state keeps it, so the client's
  * read that misses at 24 goes on through B (sync: start 24,
  * next_size(32) = 32, wholly async, merged at max as the kernel merges:
- * size 32, async 16, marker 40).  A client with
- * less in flight, or one of whose reads completed, gets it read, as
- * in kernel mode.  (Adaptive mode with adapt_min = ra_max: every window
- * as in kernel mode.)
+ * size 32, async 16, marker 40).  A client with less in flight, or one
+ * of whose reads completed, gets the window read, as kernel mode does.
+ * (Adaptive mode with adapt_min = ra_max: every window as in kernel
+ * mode.)
  */
 static struct sim *
 burst_sim (enum ra_mode mode, uint64_t depth_bytes, bool completed)
