@@ -39,11 +39,14 @@
 #   front:   nbdkit [FILTERS] nbd socket=backend.sock   (under bench/rusage)
 # Each cell is the median of REPEAT runs (configurations alternated
 # within each repetition); a run's figures: the client's seconds (the
-# whole command) and the front's CPU seconds (user + system).  The table
-# gives, per row, each column's seconds, then ra-cache against the better
-# of plain and readahead (above 1: faster), ra-cache's share of the
-# ceiling (ceiling s / ra-cache s), and the front's CPU per byte against
-# plain's.
+# whole command), the front's CPU seconds (user + system), its minor
+# page faults and its peak resident set (a fresh server's first touch of
+# memory is dear here: bench/RESULTS.md, "CPU to the millisecond").  The
+# table gives, per row, each column's seconds, then ra-cache against the
+# better of plain and readahead (above 1: faster), ra-cache's share of
+# the ceiling (ceiling s / ra-cache s), and the front's CPU per byte,
+# minor faults and peak RSS against plain's (each from the run whose
+# seconds are the median).
 #
 # Environment (defaults in brackets):
 #   QUICK               1: TOOLS="convert-qcow2 nbdcopy bench1m",
@@ -238,7 +241,7 @@ failed=0
 run_once ()
 {
   local tool=$1 dist=$2 c=$3 image=$4 bytes=$5 delay=$6 rate=$7 rep=$8
-  local secs cpu
+  local secs cpu minflt maxrss
   local -a back=(-r) front=()
   [ "$rate" != - ] && back+=(--filter=rate)
   [ "$c" = ceiling ] && delay=0
@@ -266,16 +269,19 @@ run_once ()
   fi
   bench_stop front
   bench_stop back
-  read -r cpu _ _ _ < <(bench_rusage front)
+  read -r cpu minflt _ maxrss < <(bench_rusage front)
   secs=$(cat "$bench_tmpdir/result")
-  runs["$tool $dist $c"]+="$secs $cpu"$'\n'
-  printf '%-14s %-10s %-16s %8s s %6s CPU s\n' "$tool" "$dist" "$c" "$secs" "$cpu" >&2
+  runs["$tool $dist $c"]+="$secs $cpu $minflt $maxrss"$'\n'
+  printf '%-14s %-10s %-16s %8s s %6s CPU s %7s faults %7s KiB\n' \
+    "$tool" "$dist" "$c" "$secs" "$cpu" "$minflt" "$maxrss" >&2
   [ -n "$RESULTS" ] &&
-    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$tool" "$dist" "$c" "$rep" "$secs" "$cpu" >> "$RESULTS"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$tool" "$dist" "$c" "$rep" \
+      "$secs" "$cpu" "$minflt" "$maxrss" >> "$RESULTS"
   return 0
 }
 
-[ -n "$RESULTS" ] && printf 'tool\tdistance\tconfig\trun\tseconds\tfront_cpu_s\n' > "$RESULTS"
+[ -n "$RESULTS" ] &&
+  printf 'tool\tdistance\tconfig\trun\tseconds\tfront_cpu_s\tfront_minor_faults\tfront_max_rss_kib\n' > "$RESULTS"
 t_all=$SECONDS
 for d in $DISTANCES; do
   IFS=: read -r dname delay rate size <<<"$d"
@@ -304,21 +310,23 @@ echo
 echo "Copy tools x distances: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $("$NBDKIT" --version), $(qemu-img --version | head -n 1), nbdcopy $(nbdcopy --version | head -n 1 | awk '{print $2}')"
 echo "backend: nbdkit -r [--filter=rate rate=RATE burstiness=0.1] --filter=delay file IMAGE rdelay=DELAY; front: nbdkit [FILTERS] nbd; Unix sockets, fresh servers per run"
 echo "ra-cache: $FILTER${RA_CACHE_ARGS:+ $RA_CACHE_ARGS}${FILTER_BASE:+; ra-cache-base: $FILTER_BASE}"
-echo "seconds: median of $REPEAT; vs best: the better of plain and readahead / ra-cache (above 1: faster); of ceiling: ceiling s / ra-cache s; CPU: the front's CPU s, ra-cache / plain"
+echo "seconds: median of $REPEAT; vs best: the better of plain and readahead / ra-cache (above 1: faster); of ceiling: ceiling s / ra-cache s; CPU, faults, RSS: the front's CPU s, minor faults and peak RSS, ra-cache / plain (of the median runs)"
 echo
 hdr="| tool | distance |"
 sep="|---|---|"
 for c in $CONFIGS; do hdr+=" $c s |"; sep+="---:|"; done
-echo "$hdr ra-cache vs best | ra-cache of ceiling | CPU ra-cache / plain |"
-echo "$sep---:|---:|---:|"
+echo "$hdr ra-cache vs best | ra-cache of ceiling | CPU ra-cache / plain | faults ra-cache / plain | RSS ra-cache / plain |"
+echo "$sep---:|---:|---:|---:|---:|"
 for d in $DISTANCES; do
   IFS=: read -r dname _ _ _ <<<"$d"
   for tool in $TOOLS; do
     row="| $tool | $dname |"
-    declare -A s=() cpu=()
+    declare -A s=() cpu=() flt=() rss=()
     for c in $CONFIGS; do
       m=$(median "$tool $dname $c")
-      if [ -n "$m" ]; then read -r s[$c] cpu[$c] <<<"$m"; row+=" ${s[$c]} |"
+      if [ -n "$m" ]; then
+        read -r s[$c] cpu[$c] flt[$c] rss[$c] <<<"$m"
+        row+=" ${s[$c]} |"
       else row+=" FAIL |"; fi
     done
     best=
@@ -331,8 +339,10 @@ for d in $DISTANCES; do
     row+=" $(bench_ratio "${best:-}" "${s[ra-cache]:-}" 2) |"
     row+=" $(bench_ratio "${s[ceiling]:-}" "${s[ra-cache]:-}" 2) |"
     row+=" $(bench_ratio "${cpu[ra-cache]:-}" "${cpu[plain]:-}" 2) |"
+    row+=" $(bench_ratio "${flt[ra-cache]:-}" "${flt[plain]:-}" 2) |"
+    row+=" $(bench_ratio "${rss[ra-cache]:-}" "${rss[plain]:-}" 2) |"
     echo "$row"
-    unset s cpu
+    unset s cpu flt rss
   done
 done
 echo
