@@ -31,7 +31,11 @@ convert ()  # convert PASS: copy the export, check it
 # never waited, so it never kept reads in flight and was not covered)
 # is a client slower than the backend, served as it should be, but not
 # the case under test: seen once in a make check beside other tests.
-# Such a pass is run again on a fresh front, at most three times.
+# So is one covered for only part of its job, with less than a quarter
+# of it read around (a make check, 2026-12-06: 5 windows covered, 1,024
+# pages read around, 1,027 missed; alone the same build read 9,216-11,264
+# around in 4 runs of 4).  Such a pass is run again on a fresh front, at
+# most three times.
 for try in 1 2 3; do
   start_front front back ra-cache-stats-socket="$tmpdir/front-stats.sock"
   convert 1
@@ -39,8 +43,9 @@ for try in 1 2 3; do
     read_around_pages async_covered cache_pages page_misses)"
   info "pass 1 (try $try): read_around_pages=$around1" \
        "async_covered=$covered1 cache_pages=$pages1 page_misses=$misses1"
-  (( covered1 == 0 && misses1 <= 1 && try < 3 )) || break
-  info "pass 1: the read-ahead kept ahead of convert all along; again"
+  (( ((covered1 == 0 && misses1 <= 1) || around1 < size / 4096 / 4) &&
+     try < 3 )) || break
+  info "pass 1: convert was not covered for most of its job; again"
   stop_server front || fail "the front did not stop cleanly"
 done
 (( covered1 > 0 )) || fail "pass 1: convert's reads were never covered"
