@@ -10,7 +10,11 @@
  * where none of its pages is cached and no whole group of it was given
  * back lately.  Both remember what they gave back, by group of pages, in
  * the refault history, which rc_pc_insert tests: data read again after
- * it was given back earns its place and is kept as active.  (The other
+ * it was given back earns its place and is kept as active, if it was
+ * given back within about the last one to one and a third caches' worth
+ * of groups (as the kernel's refault distance: data the cache could have held; a
+ * second pass over an export several times the cache's size would only
+ * turn the whole cache over, with fresh memory touched for nothing).  (The other
  * bound on pages read once, the inactive reserve, is the cache's own:
  * drop_behind in src/pagecache.c, which marks the history here too.)
  * Calls take the shard locks through rc_pc_walk, which skips
@@ -28,51 +32,79 @@
 void
 rc_pc_giveback_init (struct rc_pagecache *pc, uint64_t total_pages)
 {
-  /* The refault history covers four times the cache (in groups). */
-  pc->refault_limit = 4 * (total_pages >> GROUP_SHIFT);
-  if (pc->refault_limit < 1024)
-    pc->refault_limit = 1024;
-  if (pc->refault_limit > REFAULT_BITS / 16)
-    pc->refault_limit = REFAULT_BITS / 16;
+  /* A generation of the refault history holds a third of the cache's
+   * groups, so that the three before the current one hold the cache's
+   * worth: at least 16 groups, and at most a thirty-second of a
+   * generation's bits, so that a false hit stays rare (with the default
+   * cache one test in fifty; at most one in eight, and less than a
+   * cache remembered, for a cache above 1.5 GiB of 4K pages).
+   */
+  pc->refault_limit = (total_pages >> GROUP_SHIFT) / (REFAULT_GENS - 1);
+  if (pc->refault_limit < 16)
+    pc->refault_limit = 16;
+  if (pc->refault_limit > REFAULT_GEN_BITS / 32)
+    pc->refault_limit = REFAULT_GEN_BITS / 32;
   pc->behind_pages = RC_PC_BEHIND_BYTES / pc->page_size;
   if (pc->behind_pages > total_pages / 4)
     pc->behind_pages = total_pages / 4;
 }
 
+/* Page index's group's bit in a generation of the history. */
 static inline uint64_t
 refault_bit (ra_pgoff index)
 {
-  return ((index >> GROUP_SHIFT) * UINT64_C (0x9E3779B97F4A7C15)) >> 44;
+  return ((index >> GROUP_SHIFT) * UINT64_C (0x9E3779B97F4A7C15))
+    >> (64 - REFAULT_GEN_SHIFT);
 }
+
+#define GEN_WORDS (REFAULT_GEN_BITS / 64)
+_Static_assert (REFAULT_GENS * REFAULT_GEN_BITS == REFAULT_BITS,
+                "the generations share the history's bits");
 
 /* Page index's group was given back (drop-behind, read around). */
 void
 rc_pc_refault_mark (struct rc_pagecache *pc, ra_pgoff index)
 {
+  unsigned cur = atomic_load_explicit (&pc->refault_cur,
+                                       memory_order_relaxed)
+    % REFAULT_GENS;
   uint64_t b = refault_bit (index), m = UINT64_C (1) << (b & 63);
+  _Atomic uint64_t *gen = pc->refault + cur * GEN_WORDS;
   uint64_t old;
   size_t i;
 
-  old = atomic_fetch_or_explicit (&pc->refault[b >> 6], m,
-                                  memory_order_relaxed);
+  old = atomic_fetch_or_explicit (&gen[b >> 6], m, memory_order_relaxed);
+  /* The mark that fills the current generation (exactly one) clears the
+   * oldest and makes it the current one: what the history forgets is
+   * what was given back more than the other generations' worth of
+   * groups ago.  Racing marks may land in either or be lost: harmless,
+   * the history is a hint.
+   */
   if ((old & m) == 0 &&
       atomic_fetch_add_explicit (&pc->refault_set, 1, memory_order_relaxed)
-      + 1 >= pc->refault_limit) {
-    /* Forget the history (racing marks may survive: harmless). */
-    for (i = 0; i < REFAULT_BITS / 64; i++)
-      atomic_store_explicit (&pc->refault[i], 0, memory_order_relaxed);
+      + 1 == pc->refault_limit) {
+    unsigned next = (cur + 1) % REFAULT_GENS;
+    _Atomic uint64_t *oldest = pc->refault + next * GEN_WORDS;
+
+    for (i = 0; i < GEN_WORDS; i++)
+      atomic_store_explicit (&oldest[i], 0, memory_order_relaxed);
+    atomic_store_explicit (&pc->refault_cur, next, memory_order_relaxed);
     atomic_store_explicit (&pc->refault_set, 0, memory_order_relaxed);
   }
 }
 
-/* Was page index's group given back lately? */
+/* Was page index's group given back lately (in any generation)? */
 bool
 rc_pc_refault_test (struct rc_pagecache *pc, ra_pgoff index)
 {
-  uint64_t b = refault_bit (index);
+  uint64_t b = refault_bit (index), m = UINT64_C (1) << (b & 63);
+  unsigned g;
 
-  return (atomic_load_explicit (&pc->refault[b >> 6], memory_order_relaxed)
-          & (UINT64_C (1) << (b & 63))) != 0;
+  for (g = 0; g < REFAULT_GENS; g++)
+    if (atomic_load_explicit (&pc->refault[g * GEN_WORDS + (b >> 6)],
+                              memory_order_relaxed) & m)
+      return true;
+  return false;
 }
 
 static void

@@ -92,14 +92,20 @@ struct rc_pagecache {
   uint64_t inactive_reserve;       /* pages (drop-behind) */
   uint64_t behind_pages;           /* RC_PC_BEHIND_BYTES in pages */
   /* Refault detection: a bit per (hashed) group of pages that
-   * drop-behind gave back.  A page inserted again in such a group is
+   * drop-behind gave back, in REFAULT_GENS generations of
+   * REFAULT_GEN_BITS bits.  A page inserted again in a group of any is
    * data read again, which earns its place: it is kept as active once
-   * read.  Cleared when refault_limit bits are set, so that false hits
-   * stay rare (below refault_limit / REFAULT_BITS, in
-   * src/pagecache-giveback.c).  In the tables (below).
+   * read.  The current generation (refault_cur) takes the marks; once
+   * refault_limit of its bits are set (a third of the cache's groups),
+   * the oldest is cleared and becomes the current one, so that the
+   * history covers between one and one and a third caches' worth of
+   * groups given back: data read again that the cache could have held,
+   * not a pass over more than it holds (src/pagecache-giveback.c).  In
+   * the tables (below).
    */
   _Atomic uint64_t *refault;
   _Atomic uint64_t refault_set;
+  _Atomic unsigned refault_cur;
   uint64_t refault_limit;
   _Atomic uint64_t n_inactive;     /* pages on the inactive lists */
   /* Pages cached per group, counted in a slot per (hashed) group:
@@ -192,10 +198,13 @@ void rc_pc_remove_page (struct rc_pagecache *pc, struct shard *s,
 
 /* ---- src/pagecache-giveback.c ---------------------------------------- */
 
-/* Bits of the refault history (struct rc_pagecache's refault, in the
- * cache's tables).
+/* Bits of the refault history, all its generations (struct
+ * rc_pagecache's refault, in the cache's tables), and of each.
  */
 #define REFAULT_BITS (UINT64_C (1) << 20)
+#define REFAULT_GENS 4
+#define REFAULT_GEN_SHIFT 18
+#define REFAULT_GEN_BITS (UINT64_C (1) << REFAULT_GEN_SHIFT)
 
 /* Set up the refault history (its bits are in the cache's tables, all
  * zero) and the drop-behind distance of a cache of total_pages pages,

@@ -23,7 +23,8 @@
  * them is kept for short-term re-reads: a streaming reader turns over a
  * small hot set, and the cache grows only for data that earns its
  * place.  Data read again after drop-behind gave it back (a refault,
- * remembered per group of pages) is kept as active the second time.  In a full
+ * remembered per group of pages, for about the last cache's worth of
+ * groups given back) is kept as active the second time.  In a full
  * shard, inactive pages go first; then unused pages (counted as
  * wasted) or active ones, oldest first, with unused pages aging twice
  * as fast so that a streaming reader's next window is not evicted

@@ -1717,7 +1717,7 @@ START_TEST (test_drop_behind)
   struct rc_cache *c;
   struct rc_stream *s;
   struct rc_pc_counts n;
-  uint64_t off, seed = 11, misses;
+  uint64_t off, seed = 11, misses, read;
   int i;
 
   struct fake *f = bed_fake (128 * MiB);
@@ -1743,21 +1743,49 @@ START_TEST (test_drop_behind)
   ck_assert_uint_eq (ST (c, ahead_wasted_pages), 0);
   rc_stream_free (s);
 
-  /* Data read again after drop-behind gave it back is kept (active):
-   * a second pass over the first 2M reads it again, a third hits.
+  /* Data read again after drop-behind gave it back is kept (active)
+   * when it was given back within one to one and a third caches' worth
+   * of groups (here 4M to 5.3M).  The first 2M went 30M before: a second pass over
+   * it reads all of it and gives it back again behind it, as the first
+   * did, so a third reads that part (its first 1M; the last 1M was not
+   * yet behind the stream) and keeps it (given back a moment before),
+   * and a fourth hits.  (With a history of several caches, the second
+   * pass kept it all: a second pass over an export larger than the
+   * cache filled the whole cache with pages no pass would read before
+   * they went.)
    */
   for (i = 0; i < 2; i++) {
+    read = ST (c, backend_bytes);
     s = rc_stream_new ();
     for (off = 0; off < 2 * MiB; off += 16 * KiB)
       RD_OK (c, s, f, off, 16 * KiB);
     rc_stream_free (s);
     ASSERT_IDLE (c);
+    ck_assert_uint_ge (ST (c, backend_bytes) - read, (2 - i) * MiB);
   }
   misses = ST (c, page_misses);
   s = rc_stream_new ();
   for (off = 0; off < 2 * MiB; off += 16 * KiB)
     RD_OK (c, s, f, off, 16 * KiB);
   rc_stream_free (s);
+  ck_assert_uint_eq (ST (c, page_misses), misses);
+
+  /* Given back 3M before (a 4M stream, its first 512K read again: the
+   * 2M above, kept, and this fit in the cache together): the first pass
+   * again keeps it, the next hits.
+   */
+  s = rc_stream_new ();
+  for (off = 36 * MiB; off < 40 * MiB; off += 16 * KiB)
+    RD_OK (c, s, f, off, 16 * KiB);
+  rc_stream_free (s);
+  for (i = 0; i < 2; i++) {
+    misses = ST (c, page_misses);
+    s = rc_stream_new ();
+    for (off = 36 * MiB; off < 36 * MiB + 512 * KiB; off += 16 * KiB)
+      RD_OK (c, s, f, off, 16 * KiB);
+    rc_stream_free (s);
+    ASSERT_IDLE (c);
+  }
   ck_assert_uint_eq (ST (c, page_misses), misses);
 
   /* Reading the tail of the stream again keeps those pages (active). */
