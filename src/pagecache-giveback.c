@@ -12,11 +12,12 @@
  * the refault history, which rc_pc_insert tests: data read again after
  * it was given back earns its place and is kept as active, if it was
  * given back within about the last one to one and a third caches' worth
- * of groups (as the kernel's refault distance: data the cache could have held; a
- * second pass over an export several times the cache's size would only
- * turn the whole cache over, with fresh memory touched for nothing).  (The other
- * bound on pages read once, the inactive reserve, is the cache's own:
- * drop_behind in src/pagecache.c, which marks the history here too.)
+ * of groups (as the kernel weighs a refault's distance: data the cache
+ * could have held; a second pass over an export larger than the cache
+ * would only turn the whole cache over, with fresh memory touched for
+ * nothing).  (The other bound on pages read once, the inactive reserve,
+ * is the cache's own: drop_behind in src/pagecache.c, which marks the
+ * history here too.)
  * Calls take the shard locks through rc_pc_walk, which skips
  * the groups that hold no page (the cache's group_pages); the history
  * is atomics and takes no lock.

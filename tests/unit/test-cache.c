@@ -1745,14 +1745,14 @@ START_TEST (test_drop_behind)
 
   /* Data read again after drop-behind gave it back is kept (active)
    * when it was given back within one to one and a third caches' worth
-   * of groups (here 4M to 5.3M).  The first 2M went 30M before: a second pass over
-   * it reads all of it and gives it back again behind it, as the first
-   * did, so a third reads that part (its first 1M; the last 1M was not
-   * yet behind the stream) and keeps it (given back a moment before),
-   * and a fourth hits.  (With a history of several caches, the second
-   * pass kept it all: a second pass over an export larger than the
-   * cache filled the whole cache with pages no pass would read before
-   * they went.)
+   * of groups (here 4M to 5.3M).  The first 2M went 30M before: a
+   * second pass over it reads all of it and gives it back again behind
+   * it, as the first did, so a third reads that part (its first 1M; the
+   * last 1M was not yet behind the stream) and keeps it (given back a
+   * moment before), and a fourth hits.  (With a history of several
+   * caches, the second pass kept it all: a second pass over an export
+   * larger than the cache filled the whole cache with pages no pass
+   * would read before they went.)
    */
   for (i = 0; i < 2; i++) {
     read = ST (c, backend_bytes);
