@@ -102,6 +102,36 @@ bench_start ()
   _bench_start_nbdkit "" "$@"
 }
 
+# bench_stack_args CONFIG IMAGE DELAY RATE: the nbdkit arguments of the
+# copy benchmarks' two servers (matrix.sh, passes.sh), in the arrays
+# bench_back (nbdkit -r [--filter=rate] --filter=delay file IMAGE; RATE
+# "-" for none) and bench_front (CONFIG's filters, then the nbd plugin
+# reading $(bench_sock back)).  CONFIG: plain, readahead (CDI's
+# --filter=readahead --filter=retry), readahead+cache, ra-cache (the
+# caller's FILTER), ra-cache-base (FILTER_BASE); the ra-cache ones get
+# the caller's ra_cache_args array too.  (The caller passes DELAY 0 for
+# a ceiling.)
+bench_stack_args ()
+{
+  local c=$1 image=$2 delay=$3 rate=$4
+  bench_back=(-r)
+  [ "$rate" != - ] && bench_back+=(--filter=rate)
+  bench_back+=(--filter=delay file "$image" rdelay="$delay")
+  [ "$rate" != - ] && bench_back+=(rate="$rate" burstiness=0.1)
+  bench_front=()
+  case "$c" in
+    readahead) bench_front=(--filter=readahead --filter=retry) ;;
+    readahead+cache) bench_front=(--filter=readahead --filter=cache) ;;
+    ra-cache) bench_front=(--filter="$FILTER") ;;
+    ra-cache-base) bench_front=(--filter="$FILTER_BASE") ;;
+  esac
+  bench_front+=(nbd socket="$(bench_sock back)")
+  if [[ "$c" = ra-cache* ]]; then
+    bench_front+=("${ra_cache_args[@]}")
+  fi
+  return 0
+}
+
 # bench_check_rusage: die unless BENCH_RUSAGE can be run.
 bench_check_rusage ()
 {

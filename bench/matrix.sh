@@ -242,20 +242,10 @@ run_once ()
 {
   local tool=$1 dist=$2 c=$3 image=$4 bytes=$5 delay=$6 rate=$7 rep=$8
   local secs cpu minflt maxrss
-  local -a back=(-r) front=()
-  [ "$rate" != - ] && back+=(--filter=rate)
   [ "$c" = ceiling ] && delay=0
-  back+=(--filter=delay file "$image" rdelay="$delay")
-  [ "$rate" != - ] && back+=(rate="$rate" burstiness=0.1)
-  case "$c" in
-    readahead) front=(--filter=readahead --filter=retry) ;;
-    readahead+cache) front=(--filter=readahead --filter=cache) ;;
-    ra-cache) front=(--filter="$FILTER") ;;
-    ra-cache-base) front=(--filter="$FILTER_BASE") ;;
-  esac
-  front+=(nbd socket="$(bench_sock back)")
-  [[ "$c" = ra-cache* ]] && front+=("${ra_cache_args[@]}")
-  if ! bench_start back "${back[@]}" || ! bench_start_timed front "${front[@]}"; then
+  bench_stack_args "$c" "$image" "$delay" "$rate"
+  if ! bench_start back "${bench_back[@]}" ||
+     ! bench_start_timed front "${bench_front[@]}"; then
     bench_stop_all
     failed=1
     return 1

@@ -110,18 +110,9 @@ failed=0
 t_all=$SECONDS
 for ((rep = 1; rep <= REPEAT; rep++)); do
   for c in $CONFIGS; do
-    back=(-r)
-    [ "$RATE" != - ] && back+=(--filter=rate)
-    back+=(--filter=delay file "$image" rdelay="$DELAY")
-    [ "$RATE" != - ] && back+=(rate="$RATE" burstiness=0.1)
-    front=()
-    case "$c" in
-      ra-cache) front=(--filter="$FILTER") ;;
-      ra-cache-base) front=(--filter="$FILTER_BASE") ;;
-    esac
-    front+=(nbd socket="$(bench_sock back)")
-    [[ "$c" = ra-cache* ]] && front+=("${ra_cache_args[@]}")
-    if ! bench_start back "${back[@]}" || ! bench_start front "${front[@]}"; then
+    bench_stack_args "$c" "$image" "$DELAY" "$RATE"
+    if ! bench_start back "${bench_back[@]}" ||
+       ! bench_start front "${bench_front[@]}"; then
       bench_stop_all
       failed=1
       continue
