@@ -105,6 +105,14 @@ struct rc_stream {
   _Atomic uint64_t depth_bytes; /* the most bytes in progress lately
                                    (decays by 1/16 a read) */
   _Atomic unsigned depth_reads16; /* ... reads, times 16 */
+  /* The most it kept in flight lately, for the WINDOW congestion
+   * question (rc_cong_lately): its peak (under lock), and what it kept
+   * lately as of its latest read's start (read by a trigger without
+   * the lock).
+   */
+  struct rc_cong_peak peak;
+  _Atomic uint64_t lately_bytes;
+  _Atomic unsigned lately_reads;
 };
 
 /* src/workers.c */

@@ -191,6 +191,9 @@ rc_stream_new (void)
   rc_behind_init (&s->behind);
   s->bytes_reading = s->depth_bytes = 0;
   s->nreading = s->depth_reads16 = 0;
+  s->peak = (struct rc_cong_peak) { 0 };
+  s->lately_bytes = 0;
+  s->lately_reads = 0;
   s->owner = rc_pc_owner_of (atomic_fetch_add (&next_owner, 1));
   return s;
 }
@@ -480,6 +483,8 @@ trigger (struct client_read *cr, ra_pgoff index, bool marker, ra_pgoff last,
   rc_trigger_init (&t, &s->ra, s->owner, index, marker, last, rd,
                    atomic_load (&s->depth_reads16) / 16,
                    atomic_load (&s->depth_bytes));
+  t.lately_reads = atomic_load (&s->lately_reads);
+  t.lately_bytes = atomic_load (&s->lately_bytes);
   t.user = cr;
   r = rc_trigger (&cr->c->env, &t, &s->lock, err);
   rc_trigger_free (&t);
@@ -555,6 +560,8 @@ cr_late (void *opaque, struct rc_read *rd, ra_pgoff index)
   rc_trigger_init (&t, &cr->s->ra, cr->s->owner, index, false, index + 1,
                    NULL, atomic_load (&cr->s->depth_reads16) / 16,
                    atomic_load (&cr->s->depth_bytes));
+  t.lately_reads = atomic_load (&cr->s->lately_reads);
+  t.lately_bytes = atomic_load (&cr->s->lately_bytes);
   t.user = cr;
   rc_trigger_late (&cr->c->env, &t, &cr->s->lock);
   rc_trigger_free (&t);
@@ -581,7 +588,8 @@ static const struct rc_read_ops client_read_ops = {
 
 static int
 read_cached (struct rc_cache *c, struct rc_stream *s, void *ctx,
-             void *buf, uint32_t count, uint64_t offset, int *err)
+             void *buf, uint32_t count, uint64_t offset, uint64_t now_ns,
+             int *err)
 {
   unsigned shift = c->params.page_shift;
   uint64_t end = offset + count;
@@ -589,6 +597,8 @@ read_cached (struct rc_cache *c, struct rc_stream *s, void *ctx,
   struct client_read cr = { .c = c, .s = s, .ctx = ctx, .buf = buf };
   struct rc_read rd;
   int slot, r;
+  unsigned lately_reads;
+  uint64_t lately_bytes;
 
   STAT_ADD (&c->stats, client_reads, 1);
   /* A zero-length read at an unaligned offset names no byte of its page:
@@ -618,6 +628,13 @@ read_cached (struct rc_cache *c, struct rc_stream *s, void *ctx,
     s->depth_reads16 = s->nreading * 16;
   else
     s->depth_reads16 -= (s->depth_reads16 - s->nreading * 16) / 16;
+  /* The most it kept lately (why: include/racache/congestion.h,
+   * RC_CONG_WINDOW).
+   */
+  rc_cong_lately (&s->peak, now_ns, s->nreading, s->bytes_reading,
+                  &lately_reads, &lately_bytes);
+  atomic_store (&s->lately_reads, lately_reads);
+  atomic_store (&s->lately_bytes, lately_bytes);
   RELEASE_LOCK (&s->lock);
 
   r = rc_read_path (&client_read_ops, &cr, &c->stats, shift, &rd, err);
@@ -645,7 +662,7 @@ rc_read (struct rc_cache *c, struct rc_stream *s, void *ctx,
          void *buf, uint32_t count, uint64_t offset, int *err)
 {
   uint64_t t0 = rc_now_ns ();
-  int r = read_cached (c, s, ctx, buf, count, offset, err);
+  int r = read_cached (c, s, ctx, buf, count, offset, t0, err);
 
   rc_hist_observe (&c->stats.client_read_seconds, rc_now_ns () - t0);
   return r;

@@ -286,6 +286,46 @@ rc_cong_decide (const struct rc_cong *e, enum rc_cong_question q,
   return RC_CONG_GO;
 }
 
+/* v halved for every RC_CONG_LATELY_HALF_NS of age_ns, linearly in
+ * between.
+ */
+static uint64_t
+halved (uint64_t v, uint64_t age_ns)
+{
+  uint64_t k = age_ns / RC_CONG_LATELY_HALF_NS;
+
+  if (k >= 64)
+    return 0;
+  v >>= k;
+  return v - (uint64_t) ((double) v
+                         * (double) (age_ns % RC_CONG_LATELY_HALF_NS)
+                         / (2.0 * (double) RC_CONG_LATELY_HALF_NS));
+}
+
+void
+rc_cong_lately (struct rc_cong_peak *p, uint64_t now_ns, unsigned reads,
+                uint64_t bytes, unsigned *reads_lately,
+                uint64_t *bytes_lately)
+{
+  /* Another thread's read may have started later and come first. */
+  uint64_t age = now_ns > p->ns ? now_ns - p->ns : 0;
+  uint64_t b = halved (p->bytes, age);
+
+  if (bytes >= b) {
+    p->bytes = bytes;
+    p->reads = reads;
+    p->ns = now_ns;
+    *bytes_lately = bytes;
+    *reads_lately = reads;
+  }
+  else {
+    *bytes_lately = b;
+    *reads_lately = (unsigned) halved (p->reads, age);
+    if (*reads_lately < reads)
+      *reads_lately = reads;
+  }
+}
+
 void
 rc_cong_get (const struct rc_cong *e, struct rc_cong_estimate *out)
 {

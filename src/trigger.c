@@ -5,8 +5,8 @@
  *
  *   1. covered: a client whose own reads keep the backend busy (several
  *      reads, as many bytes as the backend's bandwidth-delay product and
- *      half of ra-max: the WINDOW congestion question) gets a window of
- *      just its request;
+ *      half of ra-max, counted at the most it kept lately: the WINDOW
+ *      congestion question) gets a window of just its request;
  *   2. inputs (adaptive mode): the clock, the backend model, the cache's
  *      fair share, the stream's waste and near hits, and the yield bound;
  *   3. decide: rc_read_decide (the engine, readahead.c);
@@ -70,6 +70,8 @@ rc_trigger_init (struct rc_trigger *t, struct ra_state *ra, unsigned owner,
   t->owner = owner;
   t->depth_reads = depth_reads;
   t->depth_bytes = depth_bytes;
+  t->lately_reads = depth_reads;
+  t->lately_bytes = depth_bytes;
   t->index = index;
   t->marker = marker;
   t->last = last;
@@ -402,7 +404,10 @@ decide_and_submit (struct rc_trigger_env *env, struct rc_trigger *t)
   struct ra_inputs in, *inp = NULL;
   uint64_t prev_pos = t->ra->prev_pos;
   struct rc_cong_load asked = {
-    .client_reads = t->depth_reads, .client_bytes = t->depth_bytes,
+    .client_reads = t->depth_reads > t->lately_reads
+      ? t->depth_reads : t->lately_reads,
+    .client_bytes = t->depth_bytes > t->lately_bytes
+      ? t->depth_bytes : t->lately_bytes,
     .covered = t->ra->covered, .queue_seen = t->ra->queue_seen,
     .covered_since_ns = t->ra->covered_since_ns,
     .now_ns = env->ops->now_ns ? env->ops->now_ns (env->opaque) : 0,
@@ -522,6 +527,8 @@ rc_trigger_late (struct rc_trigger_env *env, struct rc_trigger *t,
   struct rc_cong_load asked = { .executing = 0 };
   ra_pgoff m, reads;
   void *user;
+  unsigned lately_reads;
+  uint64_t lately_bytes;
   int ignored;
 
   STAT_ADD (env->st, adapt_late, 1);
@@ -538,9 +545,13 @@ rc_trigger_late (struct rc_trigger_env *env, struct rc_trigger *t,
     return false;
   STAT_ADD (env->st, adapt_early_triggers, 1);
   user = t->user;
+  lately_reads = t->lately_reads;
+  lately_bytes = t->lately_bytes;
   rc_trigger_init (t, t->ra, t->owner, m, true, m + 1, NULL, t->depth_reads,
                    t->depth_bytes);
   t->user = user;
+  t->lately_reads = lately_reads;
+  t->lately_bytes = lately_bytes;
   rc_trigger (env, t, lock, &ignored);
   return true;
 }

@@ -72,7 +72,13 @@
  *    client of one read at a time never does.  A client covered at its
  *    last trigger stays so down to half those bytes: its depth varies
  *    from read to read, and every uncovered trigger of a deep client
- *    starts a window of speculation it does not need.
+ *    starts a window of speculation it does not need.  For the same
+ *    reason what a client keeps is the most it kept lately, halved for
+ *    every second since: fed from pages read ahead for it, a copy tool
+ *    keeps few reads in flight (nbdcopy's connections at 1 ms, sixteen
+ *    reads deep where they miss, kept two for 200 ms at a time), and
+ *    would otherwise look like a client of a read or two, whose windows
+ *    went on feeding it.
  *    Covered is COVERED once the clients' sync reads have queued while
  *    the client was covered (the backend, not the client, is then the
  *    bound), else COVERED_CALM; a client covered but calm stops being
@@ -178,7 +184,8 @@ struct rc_cong_load {
   unsigned queued;              /* jobs waiting for a worker */
   unsigned new_reads;           /* EARLY: the reads the window would add */
   unsigned client_reads;        /* WINDOW: the reads the client keeps in
-                                 * flight ... */
+                                 * flight (the most it kept lately: struct
+                                 * rc_trigger's lately_reads) ... */
   uint64_t client_bytes;        /* ... and their bytes */
   uint64_t all_client_bytes;    /* WINDOW: the bytes of every client's
                                  * reads in progress (0: unknown) */
@@ -220,6 +227,27 @@ enum rc_cong_answer {
                                  * for 8 base latencies since: GO (the
                                  * caller keeps covered_since_ns) */
 };
+
+/* The most a client kept in flight lately, for the WINDOW question's
+ * client_reads and client_bytes (why: RC_CONG_WINDOW above): its reads
+ * in progress and their bytes when the bytes were at their most, halved
+ * for every RC_CONG_LATELY_HALF_NS since (linearly in between).
+ */
+#define RC_CONG_LATELY_HALF_NS (UINT64_C (1000000000))
+struct rc_cong_peak {
+  uint64_t bytes;               /* the most bytes in progress */
+  unsigned reads;               /* its reads in progress then */
+  uint64_t ns;                  /* when */
+};
+
+/* A read of the client's started at now_ns: reads and bytes are its
+ * reads in progress now, that one included.  Updates p (all zero at
+ * first; the caller serializes the calls for one client) and sets
+ * *reads_lately and *bytes_lately to what the client kept lately.
+ */
+void rc_cong_lately (struct rc_cong_peak *p, uint64_t now_ns, unsigned reads,
+                     uint64_t bytes, unsigned *reads_lately,
+                     uint64_t *bytes_lately);
 
 /* limit: the fixed threshold (>= 1); learn: use the estimate (adaptive
  * mode); wait: ra-congestion=wait.

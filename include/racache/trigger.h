@@ -146,6 +146,14 @@ struct rc_trigger {
   unsigned owner;               /* the stream's owner number, 0: forced */
   unsigned depth_reads;         /* the stream's reads in flight lately */
   uint64_t depth_bytes;         /* ... and their bytes */
+  /* The most it kept in flight lately, for the WINDOW congestion
+   * question (include/racache/congestion.h): its reads and their bytes
+   * when they were at their most, halved for every second since
+   * (rc_trigger_init sets them to the two above; the filter's streams
+   * set them after it: src/cache.c).
+   */
+  unsigned lately_reads;
+  uint64_t lately_bytes;
   ra_pgoff index;               /* the trigger's page */
   bool marker;                  /* an async trigger */
   ra_pgoff last;                /* the end (pages) of its client read */

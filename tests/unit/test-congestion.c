@@ -566,6 +566,79 @@ START_TEST (test_covered_calm)
 }
 END_TEST
 
+/* What a client kept in flight lately (rc_cong_lately): its peak holds,
+ * halved for every second since (linearly in between), and a read with
+ * more bytes in flight than that makes a new peak.  A copy tool sixteen
+ * reads deep, fed from pages read ahead for it with two reads in flight,
+ * still counts as deep for the WINDOW question, until it has kept few
+ * for seconds.
+ */
+START_TEST (test_lately)
+{
+  const uint64_t S = 1000 * MS, K = 1024;
+  struct rc_cong_peak p = { 0 };
+  struct rc_cong e;
+  struct rc_cong_load l = {
+    .all_client_bytes = 512 * K, .window_bytes = 1 << 20,
+  };
+  unsigned reads;
+  uint64_t bytes;
+  int i;
+
+  rc_cong_lately (&p, S, 16, 4096 * K, &reads, &bytes);
+  ck_assert_uint_eq (reads, 16);
+  ck_assert_uint_eq (bytes, 4096 * K);
+  rc_cong_lately (&p, S + S / 2, 2, 512 * K, &reads, &bytes);
+  ck_assert_uint_eq (reads, 12);
+  ck_assert_uint_eq (bytes, 3072 * K);
+  rc_cong_lately (&p, 2 * S, 2, 512 * K, &reads, &bytes);
+  ck_assert_uint_eq (reads, 8);
+  ck_assert_uint_eq (bytes, 2048 * K);
+  rc_cong_lately (&p, 3 * S, 3, 512 * K, &reads, &bytes);
+  ck_assert_uint_eq (reads, 4);
+  ck_assert_uint_eq (bytes, 1024 * K);
+  /* Its reads now count when they are more than the peak's, halved. */
+  rc_cong_lately (&p, 3 * S, 6, 768 * K, &reads, &bytes);
+  ck_assert_uint_eq (reads, 6);
+  ck_assert_uint_eq (bytes, 1024 * K);
+  /* A read that started before the peak's and comes after it: no age. */
+  rc_cong_lately (&p, S, 1, 4 * K, &reads, &bytes);
+  ck_assert_uint_eq (bytes, 4096 * K);
+  /* More in flight than the peak halved: the new peak. */
+  rc_cong_lately (&p, 3 * S, 8, 2048 * K, &reads, &bytes);
+  ck_assert_uint_eq (reads, 8);
+  ck_assert_uint_eq (bytes, 2048 * K);
+  ck_assert_uint_eq (p.ns, 3 * S);
+  /* Forgotten after a minute of few reads. */
+  rc_cong_lately (&p, 70 * S, 1, 64 * K, &reads, &bytes);
+  ck_assert_uint_eq (reads, 1);
+  ck_assert_uint_eq (bytes, 64 * K);
+
+  /* In the WINDOW question: with a BDP of 3 MiB known, two reads of
+   * 256K are a client the backend has room for, sixteen cover it.
+   */
+  rc_cong_init (&e, 64, true, false);
+  for (i = 0; i < 16; i++) {
+    struct rc_cong_sample smp = {
+      .start_ns = S + (uint64_t) i * MS, .end_ns = S + (uint64_t) (i + 1) * MS,
+      .bytes = 256 * K, .inflight = 12, .delivered_bytes = 3072 * K,
+      .sync = true,
+    };
+    rc_cong_sample (&e, &smp);
+  }
+  l.now_ns = 2 * S;
+  memset (&p, 0, sizeof p);
+  rc_cong_lately (&p, S, 16, 4096 * K, &reads, &bytes);
+  rc_cong_lately (&p, S + S / 4, 2, 512 * K, &l.client_reads,
+                  &l.client_bytes);
+  ck_assert_uint_ge (l.client_bytes, 3072 * K);
+  ck_assert_int_ne (rc_cong_decide (&e, RC_CONG_WINDOW, &l), RC_CONG_GO);
+  l.client_reads = 2;
+  l.client_bytes = 512 * K;
+  ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l), RC_CONG_GO);
+}
+END_TEST
+
 /* A window's async part starts beside its own sync part for a client of
  * one read at a time, unless the clients' sync reads queue now: at first
  * (nothing measured), and with sync reads at their base latency, beside;
@@ -616,6 +689,7 @@ congestion_suite (void)
   tcase_add_test (tc, test_decide_rules);
   tcase_add_test (tc, test_bdp_delivered);
   tcase_add_test (tc, test_covered_calm);
+  tcase_add_test (tc, test_lately);
   tcase_add_test (tc, test_async_beside_sync);
   suite_add_tcase (s, tc);
   return s;
