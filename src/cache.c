@@ -469,6 +469,23 @@ static const struct rc_trigger_ops trigger_ops = {
   .decided = env_decided,
 };
 
+/* rc_trigger_init for cr's stream, with what it kept in flight lately
+ * and cr as the user.
+ */
+static void
+trigger_init (struct rc_trigger *t, struct client_read *cr, ra_pgoff index,
+              bool marker, ra_pgoff last, struct rc_read *rd)
+{
+  struct rc_stream *s = cr->s;
+
+  rc_trigger_init (t, &s->ra, s->owner, index, marker, last, rd,
+                   atomic_load (&s->depth_reads16) / 16,
+                   atomic_load (&s->depth_bytes));
+  t->lately_reads = atomic_load (&s->lately_reads);
+  t->lately_bytes = atomic_load (&s->lately_bytes);
+  t->user = cr;
+}
+
 /* A trigger of cr's stream at page index of a read ending at page last
  * (rd: that read, or NULL).
  */
@@ -480,12 +497,7 @@ trigger (struct client_read *cr, ra_pgoff index, bool marker, ra_pgoff last,
   struct rc_trigger t;
   int r;
 
-  rc_trigger_init (&t, &s->ra, s->owner, index, marker, last, rd,
-                   atomic_load (&s->depth_reads16) / 16,
-                   atomic_load (&s->depth_bytes));
-  t.lately_reads = atomic_load (&s->lately_reads);
-  t.lately_bytes = atomic_load (&s->lately_bytes);
-  t.user = cr;
+  trigger_init (&t, cr, index, marker, last, rd);
   r = rc_trigger (&cr->c->env, &t, &s->lock, err);
   rc_trigger_free (&t);
   return r;
@@ -557,12 +569,7 @@ cr_late (void *opaque, struct rc_read *rd, ra_pgoff index)
   (void) rd;
   if (cr->c->params.mode != RA_MODE_ADAPTIVE)
     return;
-  rc_trigger_init (&t, &cr->s->ra, cr->s->owner, index, false, index + 1,
-                   NULL, atomic_load (&cr->s->depth_reads16) / 16,
-                   atomic_load (&cr->s->depth_bytes));
-  t.lately_reads = atomic_load (&cr->s->lately_reads);
-  t.lately_bytes = atomic_load (&cr->s->lately_bytes);
-  t.user = cr;
+  trigger_init (&t, cr, index, false, index + 1, NULL);
   rc_trigger_late (&cr->c->env, &t, &cr->s->lock);
   rc_trigger_free (&t);
 }
