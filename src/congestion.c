@@ -238,6 +238,12 @@ rc_cong_decide (const struct rc_cong *e, enum rc_cong_question q,
       ? RC_CONG_HOLD_LIMIT : RC_CONG_GO;
 
   case RC_CONG_EARLY:
+    /* With learning, none before the BDP is known (why: the header,
+     * RC_CONG_EARLY).
+     */
+    if (e->learn &&
+        atomic_load_explicit (&e->bdp_now_bytes, memory_order_relaxed) == 0)
+      return RC_CONG_HOLD_ESTIMATE;
     return l->executing + l->queued + l->new_reads >= e->limit
       ? RC_CONG_HOLD_LIMIT : RC_CONG_GO;
 

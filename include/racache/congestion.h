@@ -107,7 +107,18 @@
  *    threshold of reads running and queued drops it, as the kernel's
  *    FUSE rule does), or may an early window be started at all (EARLY:
  *    not when its reads would reach the threshold)?  The same in both
- *    modes.
+ *    modes, but for one rule: with learning, no early window while the
+ *    BDP is not known (HOLD_ESTIMATE).  A reader that waits for a page
+ *    an async part has in flight says its windows come late only where
+ *    the backend has room; where bandwidth bounds it, the reader waits
+ *    whatever is in flight, and reads in flight share the link, so an
+ *    early window delays the very pages the reader waits for.  Until
+ *    the BDP is known the ISSUE rule cannot bound what runs, so the
+ *    next window starts at its marker, as the kernel's does (4 reads
+ *    of 256 KiB behind 50 ms at 100 Mbit/s, a 4 MiB job: early
+ *    windows of 4-8 MiB, a median of 0.41 s in 18 runs, 0.36 s in 36
+ *    without them, no filter 0.31 s; bench/RESULTS.md, "No early window
+ *    before the BDP is known").
  *  - RC_CONG_BESIDE: may a window's async part be queued beside its own
  *    sync part, or must it wait until the sync part has been read?
  *    Beside (GO) for a client of one read at a time (client_reads < 2):

@@ -333,6 +333,13 @@ START_TEST (test_decide_rules)
                     RC_CONG_COVERED_CALM);
   l.client_bytes = 12 << 20;
   ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l), RC_CONG_GO);
+  /* No early window before the BDP is known, however few reads run
+   * (the header, RC_CONG_EARLY); below the threshold once it is (after
+   * the samples below).
+   */
+  l.executing = 0; l.queued = 0; l.new_reads = 1;
+  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_EARLY, &l),
+                    RC_CONG_HOLD_ESTIMATE);
   l.client_bytes = UINT64_C (64) << 20;
   for (i = 0; i < 16; i++) {
     s.start_ns = i * 10 * MS;
@@ -345,6 +352,11 @@ START_TEST (test_decide_rules)
   ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l),
                     RC_CONG_COVERED_CALM);
   ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_KEEP, &l), RC_CONG_GO);
+  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_EARLY, &l), RC_CONG_GO);
+  l.new_reads = 9;
+  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_EARLY, &l),
+                    RC_CONG_HOLD_LIMIT);
+  l.new_reads = 0;
   l.client_reads = 1;             /* one read at a time: never covered */
   ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l), RC_CONG_GO);
   l.client_reads = 8;
