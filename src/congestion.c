@@ -32,6 +32,10 @@
  * latencies while it was covered (the header, RC_CONG_WINDOW).
  */
 #define CALM_BASES 8
+/* ... unless it keeps this many BDPs in flight, and twice window_bytes
+ * (the header, RC_CONG_WINDOW).
+ */
+#define CALM_BDPS 2
 
 static unsigned
 size_class (uint64_t bytes)
@@ -278,7 +282,9 @@ rc_cong_decide (const struct rc_cong *e, enum rc_cong_question q,
         return RC_CONG_COVERED_CALM;
       if (l->covered_since_ns > from)
         from = l->covered_since_ns;
-      return l->now_ns > from && l->now_ns - from >= CALM_BASES * base
+      return l->now_ns > from && l->now_ns - from >= CALM_BASES * base &&
+        (l->client_bytes < CALM_BDPS * bdp ||
+         l->client_bytes < 2 * l->window_bytes)
         ? RC_CONG_UNCOVERED_CALM : RC_CONG_COVERED_CALM;
     }
     return RC_CONG_GO;

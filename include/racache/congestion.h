@@ -84,7 +84,8 @@
  *    bound), else COVERED_CALM; a client covered but calm stops being
  *    covered once the sync reads have not queued for 8 base latencies
  *    while it was covered (calm before it was, as while qemu-img reads
- *    a qcow2 image's tables one at a time, does not count): then
+ *    a qcow2 image's tables one at a time, does not count), unless it
+ *    keeps at least two BDPs and twice window_bytes in flight: then
  *    UNCOVERED_CALM, which reads ahead as GO and goes on doing so while
  *    the calm lasts (the caller keeps covered_since_ns; a client let go
  *    for one window only, then covered again, was trapped in 1 run of
@@ -101,7 +102,15 @@
  *    MiB); 4 reads of 256 KiB at 1 ms, covered at once in 3 runs of 6,
  *    ran at the speed of no filter there (0.47-0.57 s against 0.29-0.35
  *    with windows; bench/RESULTS.md, "Covered before the BDP is
- *    known").
+ *    known").  The trap needs a BDP about the client's own depth; a
+ *    client that keeps two BDPs, and two of the largest backend reads,
+ *    is not trapped by it: its reads take longer than the base latency
+ *    (a copy tool at 1 ms, bound by the CPU, not the distance), and
+ *    letting it go only starts windows it does not need (nbdcopy's
+ *    connections at 1 ms, 13 reads and 3.3 MB each against a BDP of
+ *    0.8 MB, let go 110 ms into the job: 4,000-11,000 async pages in
+ *    fresh memory; bench/RESULTS.md, "Not letting go a client two BDPs
+ *    deep").
  *  - RC_CONG_KEEP / RC_CONG_EARLY: may a window just decided keep its
  *    async part (KEEP, at submit; with ra-congestion=skip the fixed
  *    threshold of reads running and queued drops it, as the kernel's

@@ -538,6 +538,25 @@ START_TEST (test_covered_calm)
   ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l),
                     RC_CONG_UNCOVERED_CALM);
   l.covered = true;
+  /* Never a client that keeps two BDPs and twice window_bytes in
+   * flight: the BDP is not its own depth then, its reads take longer
+   * than the base latency (a copy tool at 1 ms, bound by the CPU).
+   */
+  l.client_bytes = 2 << 20;
+  ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l),
+                    RC_CONG_COVERED_CALM);
+  l.client_bytes = (2 << 20) - 1;
+  ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l),
+                    RC_CONG_UNCOVERED_CALM);
+  l.client_bytes = 3 << 20;
+  l.window_bytes = 2 << 20;
+  ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l),
+                    RC_CONG_UNCOVERED_CALM);
+  l.client_bytes = 4 << 20;
+  ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l),
+                    RC_CONG_COVERED_CALM);
+  l.window_bytes = 1 << 20;
+  l.client_bytes = 1 << 20;
   /* Calm before it was covered does not count: a client covered just
    * now is covered (calm) for 8 base latencies, then not.
    */
