@@ -108,8 +108,8 @@
  *    (a copy tool at 1 ms, bound by the CPU, not the distance), and
  *    letting it go only starts windows it does not need (nbdcopy's
  *    connections at 1 ms, 13 reads and 3.3 MB each against a BDP of
- *    0.8 MB, let go 110 ms into the job: 4,000-11,000 async pages in
- *    fresh memory; bench/RESULTS.md, "Not letting go a client two BDPs
+ *    0.8 MB, let go 110 ms into the job, read up to 11,500 pages
+ *    ahead a run; bench/RESULTS.md, "Not letting go a client two BDPs
  *    deep").
  *  - RC_CONG_KEEP / RC_CONG_EARLY: may a window just decided keep its
  *    async part (KEEP, at submit; with ra-congestion=skip the fixed
