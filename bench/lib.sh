@@ -109,8 +109,9 @@ bench_start ()
 # reading $(bench_sock back)).  CONFIG: plain, readahead (CDI's
 # --filter=readahead --filter=retry), readahead+cache, ra-cache (the
 # caller's FILTER), ra-cache-base (FILTER_BASE); the ra-cache ones get
-# the caller's ra_cache_args array too.  (The caller passes DELAY 0 for
-# a ceiling.)
+# the caller's ra_cache_args array too, ra-cache-base its
+# ra_cache_base_args array instead where the caller set one.  (The caller
+# passes DELAY 0 for a ceiling.)
 bench_stack_args ()
 {
   local c=$1 image=$2 delay=$3 rate=$4
@@ -126,7 +127,9 @@ bench_stack_args ()
     ra-cache-base) bench_front=(--filter="$FILTER_BASE") ;;
   esac
   bench_front+=(nbd socket="$(bench_sock back)")
-  if [[ "$c" = ra-cache* ]]; then
+  if [ "$c" = ra-cache-base ] && [ -n "${ra_cache_base_args+set}" ]; then
+    bench_front+=("${ra_cache_base_args[@]}")
+  elif [[ "$c" = ra-cache* ]]; then
     bench_front+=("${ra_cache_args[@]}")
   fi
   return 0

@@ -57,6 +57,9 @@
 #   FILTER [build/plugins/ra-cache/.libs/nbdkit-ra-cache-filter.so]
 #   FILTER_BASE []      the filter of ra-cache-base
 #   RA_CACHE_ARGS []    extra ra-cache parameters (both ra-cache columns)
+#   RA_CACHE_BASE_ARGS  if set, ra-cache-base's instead of RA_CACHE_ARGS
+#                       (FILTER_BASE may then be FILTER: one build, two
+#                       settings)
 #   IMAGE_DIR [${XDG_CACHE_HOME:-~/.cache}/ra-cache-bench]   images, made once
 #   OUT_DIR [/dev/shm]  where qemu-img convert writes (tmpfs; the target,
 #                       made once per size, is kept for all runs)
@@ -94,6 +97,9 @@ fi
 
 [[ "$REPEAT" =~ ^[1-9][0-9]*$ ]] || bench_die "REPEAT must be a positive integer"
 read -r -a ra_cache_args <<<"$RA_CACHE_ARGS"
+if [ -n "${RA_CACHE_BASE_ARGS+set}" ]; then
+  read -r -a ra_cache_base_args <<<"$RA_CACHE_BASE_ARGS"
+fi
 for c in "$NBDKIT" qemu-img qemu-io nbdcopy fio timeout awk "$PYTHON"; do
   command -v "$c" >/dev/null 2>&1 || bench_die "$c is not installed (./run.sh demo installs everything)"
 done
@@ -299,7 +305,7 @@ median ()
 echo
 echo "Copy tools x distances: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $("$NBDKIT" --version), $(qemu-img --version | head -n 1), nbdcopy $(nbdcopy --version | head -n 1 | awk '{print $2}')"
 echo "backend: nbdkit -r [--filter=rate rate=RATE burstiness=0.1] --filter=delay file IMAGE rdelay=DELAY; front: nbdkit [FILTERS] nbd; Unix sockets, fresh servers per run"
-echo "ra-cache: $FILTER${RA_CACHE_ARGS:+ $RA_CACHE_ARGS}${FILTER_BASE:+; ra-cache-base: $FILTER_BASE}"
+echo "ra-cache: $FILTER${RA_CACHE_ARGS:+ $RA_CACHE_ARGS}${FILTER_BASE:+; ra-cache-base: $FILTER_BASE}${RA_CACHE_BASE_ARGS+ ($RA_CACHE_BASE_ARGS)}"
 echo "seconds: median of $REPEAT; vs best: the better of plain and readahead / ra-cache (above 1: faster); of ceiling: ceiling s / ra-cache s; CPU, faults, RSS: the front's CPU s, minor faults and peak RSS, ra-cache / plain (of the median runs)"
 echo
 hdr="| tool | distance |"

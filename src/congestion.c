@@ -33,7 +33,7 @@
  */
 #define CALM_BASES 8
 /* ... unless it keeps this many BDPs in flight, and twice window_bytes
- * (`unmeasured` in rc_cong_decide; the header, RC_CONG_WINDOW).
+ * (`to_cover` in rc_cong_decide; the header, RC_CONG_WINDOW).
  */
 #define CALM_BDPS 2
 
@@ -261,13 +261,13 @@ rc_cong_decide (const struct rc_cong *e, enum rc_cong_question q,
     if (e->learn) {
       bdp = atomic_load_explicit (&e->bdp_now_bytes, memory_order_relaxed);
       unsigned h = l->covered ? 1 : 0;     /* hysteresis: half */
-      /* Twice ra-io-max: what covers with nothing measured, so what
-       * must be kept before the BDP is known, and what keeps a calm
-       * client covered beside CALM_BDPS (why: the header).
+      /* Twice ra-io-max: what a client must keep to become covered,
+       * the BDP known or not, and what keeps a calm client covered
+       * beside CALM_BDPS; once covered, half ra-io-max keeps it so
+       * (why: the header).
        */
-      uint64_t unmeasured = 2 * l->window_bytes;
-      uint64_t least = l->covered ? l->window_bytes >> 1
-        : bdp > 0 ? l->window_bytes : unmeasured;
+      uint64_t to_cover = 2 * l->window_bytes;
+      uint64_t least = l->covered ? l->window_bytes >> 1 : to_cover;
       uint64_t base, from;
 
       if (l->client_reads < 2 || l->client_bytes < least ||
@@ -287,7 +287,7 @@ rc_cong_decide (const struct rc_cong *e, enum rc_cong_question q,
       if (l->covered_since_ns > from)
         from = l->covered_since_ns;
       return l->now_ns > from && l->now_ns - from >= CALM_BASES * base &&
-        (l->client_bytes < CALM_BDPS * bdp || l->client_bytes < unmeasured)
+        (l->client_bytes < CALM_BDPS * bdp || l->client_bytes < to_cover)
         ? RC_CONG_UNCOVERED_CALM : RC_CONG_COVERED_CALM;
     }
     return RC_CONG_GO;

@@ -58,19 +58,20 @@
  *    its sync part only as BESIDE says.
  *  - RC_CONG_WINDOW: may a client's trigger have a window beyond its
  *    request at all?  With learning, not when the client keeps several
- *    reads in flight, at least window_bytes of them (one largest
- *    backend read, ra-io-max; twice that while the BDP is not known
- *    yet), while its own reads in flight cover the backend's
- *    bandwidth-delay product (when known), or all clients' reads
- *    together cover half of it: its async part would only share the
- *    backend with them (COVERED).  Half, because where no bandwidth
- *    bounds the backend the product measured is what was in flight,
+ *    reads in flight, at least twice window_bytes of them (two of the
+ *    largest backend reads, ra-io-max), while its own reads in flight
+ *    cover the backend's bandwidth-delay product (when known), or all
+ *    clients' reads together cover half of it: its async part would
+ *    only share the backend with them (COVERED).  Half, because where
+ *    no bandwidth bounds the backend the product measured is what was
+ *    in flight,
  *    speculation included: against the whole of it, speculation once
  *    started would keep itself going.  Such clients (qemu-img convert: 8
  *    reads of 2 MiB; nbdcopy's connections, each with a few 256 KiB
  *    reads, that together fill the pipe) keep it full by themselves; a
  *    client of one read at a time never does.  A client covered at its
- *    last trigger stays so down to half those bytes: its depth varies
+ *    last trigger stays so down to half the BDP and half ra-io-max (a
+ *    quarter of the bytes it took to become so): its depth varies
  *    from read to read, and every uncovered trigger of a deep client
  *    starts a window of speculation it does not need.  For the same
  *    reason what a client keeps is the most it kept lately, halved for
@@ -97,16 +98,23 @@
  *    speed of no filter in 3 runs of 12).  Its reads run at their base
  *    latency: the backend has room, the client waits on distance alone.
  *    Where the CPU's noise makes its reads look queued (1 ms), nothing
- *    lets it go: so before the BDP is known a client must keep twice
- *    ra-io-max to be covered.  A copy tool keeps far more (convert: 16
- *    MiB); 4 reads of 256 KiB at 1 ms, covered at once in 3 runs of 6,
- *    ran at the speed of no filter there (0.47-0.57 s against 0.29-0.35
- *    with windows; bench/RESULTS.md, "Covered before the BDP is
- *    known").  The trap needs a BDP about the client's own depth; a
- *    client that keeps two BDPs, and two of the largest backend reads,
- *    is not trapped by it: its reads take longer than the base latency
- *    (a copy tool at 1 ms, bound by the CPU, not the distance), and
- *    letting it go only starts windows it does not need (nbdcopy's
+ *    lets it go: so a client must keep twice ra-io-max to be covered,
+ *    before the BDP is known and after.  A copy tool keeps far more
+ *    (convert: 16 MiB); 4 reads of 256 KiB at 1 ms, covered at once in
+ *    3 runs of 6, ran at the speed of no filter there (0.47-0.57 s
+ *    against 0.29-0.35 with windows; bench/RESULTS.md, "Covered before
+ *    the BDP is known"), and with one ra-io-max enough once the BDP was
+ *    known, were still covered in about 1 run of 10, where the first
+ *    reads measured a BDP about their own depth (1.4 MB against their 1
+ *    MiB; bench/RESULTS.md, "Twice ra-io-max to be covered, the BDP
+ *    known or not").  Two ra-io-max is about where windows stop paying
+ *    at 1 ms: 8 reads of 256 KiB ran as fast with none (no filter) as
+ *    with every window.  The trap needs a BDP about the client's own
+ *    depth; a client that keeps two BDPs, and two of the largest
+ *    backend reads, is not trapped by it: its reads take longer than
+ *    the base latency (a copy tool at 1 ms, bound by the CPU, not the
+ *    distance), and letting it go only starts windows it does not need
+ *    (nbdcopy's
  *    connections at 1 ms, 13 reads and 3.3 MB each against a BDP of
  *    0.8 MB, let go 110 ms into the job, read up to 11,500 pages
  *    ahead a run; bench/RESULTS.md, "Not letting go a client two BDPs
@@ -209,11 +217,13 @@ struct rc_cong_load {
   uint64_t client_bytes;        /* ... and their bytes */
   uint64_t all_client_bytes;    /* WINDOW: the bytes of every client's
                                  * reads in progress (0: unknown) */
-  uint64_t window_bytes;        /* WINDOW: the least a covered client
-                                 * keeps in flight (one ra-io-max) */
+  uint64_t window_bytes;        /* WINDOW: one ra-io-max (a client must
+                                 * keep twice that in flight to become
+                                 * covered, half to stay so) */
   bool covered;                 /* WINDOW: the client was covered at its
-                                 * last trigger (it stays so down to half
-                                 * of what it takes to become so) */
+                                 * last trigger (it stays so down to a
+                                 * quarter of what it takes to become
+                                 * so, and half the BDP) */
   bool queue_seen;              /* WINDOW: ... and the clients' sync
                                  * reads have queued while it was (the
                                  * caller keeps it: RC_CONG_COVERED) */

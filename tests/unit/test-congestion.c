@@ -362,8 +362,8 @@ START_TEST (test_decide_rules)
   l.client_reads = 8;
   l.window_bytes = UINT64_C (128) << 20; /* not beyond the largest window */
   ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l), RC_CONG_GO);
-  l.window_bytes = 4 << 20;
-  l.client_bytes = 6 << 20;     /* ra-max, but below the BDP */
+  l.window_bytes = 2 << 20;
+  l.client_bytes = 6 << 20;     /* deep, but below the BDP */
   ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l), RC_CONG_GO);
   /* ... unless the clients' reads together cover it (a copy tool's
    * connections, each with a few reads in flight).
@@ -380,15 +380,21 @@ START_TEST (test_decide_rules)
   l.all_client_bytes = 3 << 20;
   ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l), RC_CONG_GO);
   l.all_client_bytes = UINT64_C (12) << 20;
-  l.client_bytes = 2 << 20;     /* but this one keeps too little */
+  /* But this one keeps too little: less than twice window_bytes, the
+   * BDP known or not.
+   */
+  l.client_bytes = (4 << 20) - 1;
   ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l), RC_CONG_GO);
-  /* ... unless it was covered at its last trigger: half is enough to
-   * stay so (not less).
+  /* ... unless it was covered at its last trigger: half window_bytes is
+   * enough to stay so (not less).
    */
   l.covered = true;
   ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l),
                     RC_CONG_COVERED_CALM);
   l.client_bytes = 1 << 20;
+  ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l),
+                    RC_CONG_COVERED_CALM);
+  l.client_bytes = (1 << 20) - 1;
   ck_assert_int_eq (rc_cong_decide (&a, RC_CONG_WINDOW, &l), RC_CONG_GO);
   l.covered = false;
   l.all_client_bytes = 0;
@@ -532,11 +538,15 @@ START_TEST (test_covered_calm)
   ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l),
                     RC_CONG_UNCOVERED_CALM);
   /* ... and at its next trigger too, while the calm lasts (the caller
-   * keeps covered_since_ns).
+   * keeps covered_since_ns), if it keeps twice window_bytes; with less
+   * it is not covered at all.
    */
   l.covered = false;
+  ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l), RC_CONG_GO);
+  l.window_bytes = 512 << 10;
   ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l),
                     RC_CONG_UNCOVERED_CALM);
+  l.window_bytes = 1 << 20;
   l.covered = true;
   /* Never a client that keeps two BDPs and twice window_bytes in
    * flight: the BDP is not its own depth then, its reads take longer
@@ -591,6 +601,25 @@ START_TEST (test_covered_calm)
   l.now_ns = t;
   ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l),
                     RC_CONG_COVERED_CALM);
+  /* The BDP known (its own 1 MiB) and the sync reads queued: a client
+   * not covered yet becomes so only with twice window_bytes in flight,
+   * as before the BDP was known (4 reads of 256 KiB at 1 ms, where the
+   * CPU's noise makes reads look queued, were covered for good in about
+   * 1 run of 10 with one window_bytes enough).
+   */
+  sync_reads (&e, &t, 16, 40 * MS);
+  l.now_ns = t;
+  l.covered = false;
+  l.covered_since_ns = 0;
+  rc_cong_get (&e, &est);
+  ck_assert_uint_gt (est.bdp_bytes, 0);
+  ck_assert_uint_le (est.bdp_bytes, 1 << 20);
+  l.client_bytes = 1 << 20;
+  ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l), RC_CONG_GO);
+  l.client_bytes = (2 << 20) - 1;
+  ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l), RC_CONG_GO);
+  l.client_bytes = 2 << 20;
+  ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l), RC_CONG_COVERED);
   /* Kernel mode measures nothing: never covered. */
   rc_cong_init (&e, 64, false, false);
   ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l), RC_CONG_GO);
