@@ -64,12 +64,11 @@
  *    clients' reads together cover half of it: its async part would
  *    only share the backend with them (COVERED).  Half, because where
  *    no bandwidth bounds the backend the product measured is what was
- *    in flight,
- *    speculation included: against the whole of it, speculation once
- *    started would keep itself going.  Such clients (qemu-img convert: 8
- *    reads of 2 MiB; nbdcopy's connections, each with a few 256 KiB
- *    reads, that together fill the pipe) keep it full by themselves; a
- *    client of one read at a time never does.  A client covered at its
+ *    in flight, speculation included: against the whole of it,
+ *    speculation once started would keep itself going.  Such clients
+ *    (qemu-img convert: 8 reads of 2 MiB; nbdcopy's connections, each
+ *    with a few 256 KiB reads, that together fill the pipe) keep it
+ *    full by themselves; a client of one read at a time never does.  A client covered at its
  *    last trigger stays so down to half the BDP and half ra-io-max (a
  *    quarter of the bytes it took to become so): its depth varies
  *    from read to read, and every uncovered trigger of a deep client
@@ -114,9 +113,8 @@
  *    backend reads, is not trapped by it: its reads take longer than
  *    the base latency (a copy tool at 1 ms, bound by the CPU, not the
  *    distance), and letting it go only starts windows it does not need
- *    (nbdcopy's
- *    connections at 1 ms, 13 reads and 3.3 MB each against a BDP of
- *    0.8 MB, let go 110 ms into the job, read up to 11,500 pages
+ *    (nbdcopy's connections at 1 ms, 13 reads and 3.3 MB each against a
+ *    BDP of 0.8 MB, let go 110 ms into the job, read up to 11,500 pages
  *    ahead a run; bench/RESULTS.md, "Not letting go a client two BDPs
  *    deep").
  *  - RC_CONG_KEEP / RC_CONG_EARLY: may a window just decided keep its
