@@ -261,13 +261,15 @@ rc_cong_decide (const struct rc_cong *e, enum rc_cong_question q,
     if (e->learn) {
       bdp = atomic_load_explicit (&e->bdp_now_bytes, memory_order_relaxed);
       unsigned h = l->covered ? 1 : 0;     /* hysteresis: half */
-      /* Twice ra-io-max: what a client must keep to become covered,
-       * the BDP known or not, and what keeps a calm client covered
-       * beside CALM_BDPS; once covered, half ra-io-max keeps it so
-       * (why: the header).
+      /* Twice ra-io-max: what a client must keep to become covered
+       * before the BDP is known, and what keeps a calm client covered
+       * beside CALM_BDPS; once the BDP is known, one and a half
+       * ra-io-max; once covered, half ra-io-max keeps it so (why: the
+       * header).
        */
       uint64_t to_cover = 2 * l->window_bytes;
-      uint64_t least = l->covered ? l->window_bytes >> 1 : to_cover;
+      uint64_t least = l->covered ? l->window_bytes >> 1
+        : bdp > 0 ? l->window_bytes + (l->window_bytes >> 1) : to_cover;
       uint64_t base, from;
 
       if (l->client_reads < 2 || l->client_bytes < least ||

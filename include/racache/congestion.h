@@ -58,8 +58,9 @@
  *    its sync part only as BESIDE says.
  *  - RC_CONG_WINDOW: may a client's trigger have a window beyond its
  *    request at all?  With learning, not when the client keeps several
- *    reads in flight, at least twice window_bytes of them (two of the
- *    largest backend reads, ra-io-max), while its own reads in flight
+ *    reads in flight, at least one and a half window_bytes of them (the
+ *    largest backend read, ra-io-max; twice that while the BDP is not
+ *    known yet), while its own reads in flight
  *    cover the backend's bandwidth-delay product (when known), or all
  *    clients' reads together cover half of it: its async part would
  *    only share the backend with them (COVERED).  Half, because where
@@ -68,11 +69,12 @@
  *    speculation once started would keep itself going.  Such clients
  *    (qemu-img convert: 8 reads of 2 MiB; nbdcopy's connections, each
  *    with a few 256 KiB reads, that together fill the pipe) keep it
- *    full by themselves; a client of one read at a time never does.  A client covered at its
- *    last trigger stays so down to half the BDP and half ra-io-max (a
- *    quarter of the bytes it took to become so): its depth varies
- *    from read to read, and every uncovered trigger of a deep client
- *    starts a window of speculation it does not need.  For the same
+ *    full by themselves; a client of one read at a time never does.
+ *    A client covered at its last trigger stays so down to half the
+ *    BDP and half ra-io-max (a third of the bytes it takes to become
+ *    so): its depth varies from read to read, and every uncovered
+ *    trigger of a deep client starts a window of speculation it does
+ *    not need.  For the same
  *    reason what a client keeps is the most it kept lately, halved for
  *    every second since: fed from pages read ahead for it, a copy tool
  *    keeps few reads in flight (nbdcopy's connections at 1 ms, sixteen
@@ -97,18 +99,19 @@
  *    speed of no filter in 3 runs of 12).  Its reads run at their base
  *    latency: the backend has room, the client waits on distance alone.
  *    Where the CPU's noise makes its reads look queued (1 ms), nothing
- *    lets it go: so a client must keep twice ra-io-max to be covered,
- *    before the BDP is known and after.  A copy tool keeps far more
- *    (convert: 16 MiB); 4 reads of 256 KiB at 1 ms, covered at once in
- *    3 runs of 6, ran at the speed of no filter there (0.47-0.57 s
- *    against 0.29-0.35 with windows; bench/RESULTS.md, "Covered before
- *    the BDP is known"), and with one ra-io-max enough once the BDP was
- *    known, were still covered in about 1 run of 10, where the first
- *    reads measured a BDP about their own depth (1.4 MB against their 1
- *    MiB; bench/RESULTS.md, "Twice ra-io-max to be covered, the BDP
- *    known or not").  Two ra-io-max is about where windows stop paying
- *    at 1 ms: 8 reads of 256 KiB ran as fast with none (no filter) as
- *    with every window.  The trap needs a BDP about the client's own
+ *    lets it go: so a client must keep twice ra-io-max to be covered
+ *    before the BDP is known, and more than one after.  A copy tool
+ *    keeps far more (convert: 16 MiB); 4 reads of 256 KiB at 1 ms,
+ *    covered at once in 3 runs of 6, ran at the speed of no filter
+ *    there (0.47-0.57 s against 0.29-0.35 with windows; bench/RESULTS.md,
+ *    "Covered before the BDP is known"), and with one ra-io-max enough
+ *    once the BDP was known, were still covered in about 1 run of 10,
+ *    where the first reads measured a BDP about their own depth (1.4 MB
+ *    against their 1 MiB).  Twice ra-io-max after the BDP was known
+ *    too left nbdcopy's connections at 1 ms uncovered, which keep 7-8
+ *    reads of 256 KiB (1.7-2.0 MB) lately, and they read up to 31,000
+ *    pages ahead a run (bench/RESULTS.md, "A client of one ra-io-max is
+ *    never covered").  The trap needs a BDP about the client's own
  *    depth; a client that keeps two BDPs, and two of the largest
  *    backend reads, is not trapped by it: its reads take longer than
  *    the base latency (a copy tool at 1 ms, bound by the CPU, not the
@@ -216,12 +219,13 @@ struct rc_cong_load {
   uint64_t all_client_bytes;    /* WINDOW: the bytes of every client's
                                  * reads in progress (0: unknown) */
   uint64_t window_bytes;        /* WINDOW: one ra-io-max (a client must
-                                 * keep twice that in flight to become
-                                 * covered, half to stay so) */
+                                 * keep one and a half in flight to
+                                 * become covered, twice before the BDP
+                                 * is known, half to stay so) */
   bool covered;                 /* WINDOW: the client was covered at its
-                                 * last trigger (it stays so down to a
-                                 * quarter of what it takes to become
-                                 * so, and half the BDP) */
+                                 * last trigger (it stays so down to
+                                 * half window_bytes, and half the
+                                 * BDP) */
   bool queue_seen;              /* WINDOW: ... and the clients' sync
                                  * reads have queued while it was (the
                                  * caller keeps it: RC_CONG_COVERED) */
