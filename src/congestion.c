@@ -33,7 +33,7 @@
  */
 #define CALM_BASES 8
 /* ... unless it keeps this many BDPs in flight, and twice window_bytes
- * (`to_cover` in rc_cong_decide; the header, RC_CONG_WINDOW).
+ * (`two_io_max` in rc_cong_decide; the header, RC_CONG_WINDOW).
  */
 #define CALM_BDPS 2
 
@@ -261,15 +261,14 @@ rc_cong_decide (const struct rc_cong *e, enum rc_cong_question q,
     if (e->learn) {
       bdp = atomic_load_explicit (&e->bdp_now_bytes, memory_order_relaxed);
       unsigned h = l->covered ? 1 : 0;     /* hysteresis: half */
-      /* Twice ra-io-max: what a client must keep to become covered
-       * before the BDP is known, and what keeps a calm client covered
-       * beside CALM_BDPS; once the BDP is known, one and a half
-       * ra-io-max; once covered, half ra-io-max keeps it so (why: the
-       * header).
+      /* A client becomes covered with twice ra-io-max in flight
+       * before the BDP is known, one and a half after; once covered,
+       * half ra-io-max keeps it so.  Twice ra-io-max also keeps a calm
+       * client covered beside CALM_BDPS (why: the header).
        */
-      uint64_t to_cover = 2 * l->window_bytes;
+      uint64_t two_io_max = 2 * l->window_bytes;
       uint64_t least = l->covered ? l->window_bytes >> 1
-        : bdp > 0 ? l->window_bytes + (l->window_bytes >> 1) : to_cover;
+        : bdp > 0 ? l->window_bytes + (l->window_bytes >> 1) : two_io_max;
       uint64_t base, from;
 
       if (l->client_reads < 2 || l->client_bytes < least ||
@@ -289,7 +288,7 @@ rc_cong_decide (const struct rc_cong *e, enum rc_cong_question q,
       if (l->covered_since_ns > from)
         from = l->covered_since_ns;
       return l->now_ns > from && l->now_ns - from >= CALM_BASES * base &&
-        (l->client_bytes < CALM_BDPS * bdp || l->client_bytes < to_cover)
+        (l->client_bytes < CALM_BDPS * bdp || l->client_bytes < two_io_max)
         ? RC_CONG_UNCOVERED_CALM : RC_CONG_COVERED_CALM;
     }
     return RC_CONG_GO;
