@@ -325,7 +325,14 @@ rc_cong_lately (struct rc_cong_peak *p, uint64_t now_ns, unsigned reads,
 {
   /* Another thread's read may have started later and come first. */
   uint64_t age = now_ns > p->ns ? now_ns - p->ns : 0;
-  uint64_t b = halved (p->bytes, age);
+  unsigned r = (unsigned) halved (p->reads, age);
+  /* The peak's bytes go in whole reads of the peak's mean size, as its
+   * reads do: halved continuously, a client that keeps exactly the bar
+   * of the WINDOW question (six reads of 256 KiB) fell below it the
+   * moment after its peak, and stayed uncovered while fed from pages.
+   */
+  uint64_t b = p->reads ? p->bytes / p->reads * r
+    + p->bytes % p->reads * r / p->reads : halved (p->bytes, age);
 
   if (bytes >= b) {
     p->bytes = bytes;
@@ -336,9 +343,7 @@ rc_cong_lately (struct rc_cong_peak *p, uint64_t now_ns, unsigned reads,
   }
   else {
     *bytes_lately = b;
-    *reads_lately = (unsigned) halved (p->reads, age);
-    if (*reads_lately < reads)
-      *reads_lately = reads;
+    *reads_lately = r > reads ? r : reads;
   }
 }
 

@@ -263,7 +263,13 @@ enum rc_cong_answer {
 /* The most a client kept in flight lately, for the WINDOW question's
  * client_reads and client_bytes (why: RC_CONG_WINDOW above): its reads
  * in progress and their bytes when the bytes were at their most, halved
- * for every RC_CONG_LATELY_HALF_NS since (linearly in between).
+ * for every RC_CONG_LATELY_HALF_NS since (linearly in between), and
+ * rounded up to whole reads; the bytes go with the reads, in reads of
+ * the peak's mean size.  Halved on their own, the bytes of a client
+ * that keeps exactly the bar to be covered (six reads of 256 KiB, one
+ * and a half ra-io-max) fell below it at once after its peak, and a
+ * copy tool fed from pages kept reading ahead (bench/RESULTS.md, "The
+ * depth lately in whole reads").
  */
 #define RC_CONG_LATELY_HALF_NS (UINT64_C (1000000000))
 struct rc_cong_peak {

@@ -701,6 +701,26 @@ START_TEST (test_lately)
   l.client_reads = 2;
   l.client_bytes = 512 * K;
   ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l), RC_CONG_GO);
+
+  /* A peak of six reads of 256K, one and a half ra-io-max (the bar once
+   * the BDP is known), goes in whole reads: ten milliseconds later, fed
+   * from pages with two reads in flight, the client still has the bar
+   * and is covered beside clients that cover half the BDP.
+   */
+  memset (&p, 0, sizeof p);
+  rc_cong_lately (&p, S, 6, 1536 * K, &reads, &bytes);
+  rc_cong_lately (&p, S + 10 * MS, 2, 512 * K, &l.client_reads,
+                  &l.client_bytes);
+  ck_assert_uint_eq (l.client_reads, 6);
+  ck_assert_uint_eq (l.client_bytes, 1536 * K);
+  l.all_client_bytes = 4096 * K;
+  ck_assert_int_ne (rc_cong_decide (&e, RC_CONG_WINDOW, &l), RC_CONG_GO);
+  /* A third of a second on, a read's worth is forgotten: five reads. */
+  rc_cong_lately (&p, S + 340 * MS, 2, 512 * K, &l.client_reads,
+                  &l.client_bytes);
+  ck_assert_uint_eq (l.client_reads, 5);
+  ck_assert_uint_eq (l.client_bytes, 1280 * K);
+  ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l), RC_CONG_GO);
 }
 END_TEST
 
