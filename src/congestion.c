@@ -330,9 +330,10 @@ rc_cong_lately (struct rc_cong_peak *p, uint64_t now_ns, unsigned reads,
    * reads do: halved continuously, a client that keeps exactly the bar
    * of the WINDOW question (six reads of 256 KiB) fell below it the
    * moment after its peak, and stayed uncovered while fed from pages.
+   * (No peak yet: p is all zero.)
    */
   uint64_t b = p->reads ? p->bytes / p->reads * r
-    + p->bytes % p->reads * r / p->reads : halved (p->bytes, age);
+    + p->bytes % p->reads * r / p->reads : 0;
 
   if (bytes >= b) {
     p->bytes = bytes;

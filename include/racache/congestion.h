@@ -72,15 +72,15 @@
  *    full by themselves; a client of one read at a time never does.
  *    A client covered at its last trigger stays so down to half the
  *    BDP and half ra-io-max (a third of the bytes it takes to become
- *    so): its depth varies from read to read, and every uncovered
- *    trigger of a deep client starts a window of speculation it does
- *    not need.  For the same
- *    reason what a client keeps is the most it kept lately, halved for
- *    every second since: fed from pages read ahead for it, a copy tool
- *    keeps few reads in flight (nbdcopy's connections at 1 ms, sixteen
- *    reads deep where they miss, kept two for 200 ms at a time), and
- *    would otherwise look like a client of a read or two, whose windows
- *    went on feeding it.
+ *    so once the BDP is known): its depth varies from read to read, and
+ *    every uncovered trigger of a deep client starts a window of
+ *    speculation it does not need.  For the same reason what a client
+ *    keeps is the most it kept lately, halved for every second since
+ *    (in whole reads: rc_cong_lately below): fed from pages read ahead
+ *    for it, a copy tool keeps few reads in flight (nbdcopy's
+ *    connections at 1 ms, sixteen reads deep where they miss, kept two
+ *    for 200 ms at a time), and would otherwise look like a client of a
+ *    read or two, whose windows went on feeding it.
  *    Covered is COVERED once the clients' sync reads have queued while
  *    the client was covered (the backend, not the client, is then the
  *    bound), else COVERED_CALM; a client covered but calm stops being
