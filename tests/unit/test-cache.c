@@ -1220,6 +1220,42 @@ START_TEST (test_yield_to_random)
 }
 END_TEST
 
+/* A stream's first read is branch G wherever it lies (no history):
+ * no random reader for the yield bound, so that streams that start
+ * together (fio's jobs, nbdcopy's connections, each at an offset of its
+ * own) do not yield to each other.  Its next read at random is one.
+ */
+START_TEST (test_first_read_no_yield)
+{
+  struct opts o = OPTS (.ra_max = 2 * MiB, .io_max = 256 * KiB,
+                        .bg = 12, .thresh = 9, .cache = 16 * MiB);
+  struct rc_cache *c;
+  struct rc_stream *other, *s;
+  uint64_t off;
+
+  struct fake *f = bed_fake (64 * MiB);
+
+  c = mk_cache (f, o);
+  other = rc_stream_new ();
+  s = rc_stream_new ();
+  RD_OK (c, other, f, 48 * MiB, 4 * KiB);       /* its first read */
+  ck_assert_uint_eq (ST (c, windows[RA_G_RANDOM]), 1);
+  for (off = 0; off < 4 * MiB; off += 64 * KiB)
+    RD_OK (c, s, f, off, 64 * KiB);
+  ck_assert_uint_gt (ST (c, windows[RA_B_SEQUENTIAL]), 0);
+  ck_assert_uint_eq (ST (c, windows_yielded), 0);
+  RD_OK (c, other, f, 32 * MiB, 4 * KiB);       /* at random, later */
+  ck_assert_uint_eq (ST (c, windows[RA_G_RANDOM]), 2);
+  for (off = 4 * MiB; off < 8 * MiB; off += 64 * KiB)
+    RD_OK (c, s, f, off, 64 * KiB);
+  ck_assert_uint_gt (ST (c, windows_yielded), 0);
+  ASSERT_IDLE (c);
+  rc_stream_free (s);
+  rc_stream_free (other);
+  free_cache (c, f);
+}
+END_TEST
+
 /* A slow backend and a low threshold, no gate: skips happen, nothing
  * leaks, the data is right.
  */
@@ -2669,6 +2705,7 @@ cache_suite (void)
   tcase_add_test (tc, test_async_after_own_sync);
   tcase_add_test (tc, test_async_beside_others_sync);
   tcase_add_test (tc, test_yield_to_random);
+  tcase_add_test (tc, test_first_read_no_yield);
   tcase_add_test (tc, test_promote_many);
   tcase_add_test (tc, test_unparked_jobs_wake_workers);
   tcase_add_test (tc, test_workers_on_demand);
