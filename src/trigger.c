@@ -301,16 +301,12 @@ reordered (const struct ra_params *p, const struct rc_trigger *t,
 }
 
 /* Does a client wait for a read at random (the yield bound above)?  A
- * branch G window of a client not covered, whose read is not one of a
- * deep client's reordered ones, and whose stream has a read completed:
- * before that the stream has no history, and its first reads are
- * branch G wherever they lie (fio's jobs and nbdcopy's connections each
- * start at an offset of their own, in reads that reach the filter out
- * of order).  Counted, every stream that started beside them yielded
- * for a second: fio with four jobs of 128 KiB at depth 1 ran 10-13%
- * slower at 1 ms and 35% slower at 10 and 20 ms (bench/RESULTS.md, "A
- * stream's first reads are no random reader").  A random reader's later
- * reads count.
+ * branch G window of a client not covered, not a deep client's
+ * reordered read, of a stream with a read completed: before that a
+ * stream has no history and its first reads are branch G wherever they
+ * lie, and streams that start together each at its own offset (fio's
+ * jobs, nbdcopy's connections) yielded to each other for a second
+ * (bench/RESULTS.md, "A stream's first reads are no random reader").
  */
 static bool
 random_read (const struct ra_params *p, const struct rc_trigger *t,
