@@ -17,7 +17,8 @@
  *      or its async part may not be kept now), from its first page, is
  *      read around the cache where the user can;
  *   5. submit: the window's new pages inserted in flight, in batches of
- *      t->io pages (a quarter of io_max while yielding);
+ *      t->io pages (a quarter of io_max while yielding, and before the
+ *      stream's first read completed: first_reads_quarter);
  *   6. keep or drop: the async part is dropped (its pages removed, the
  *      stream state shrunk: ra_drop_async) when the KEEP congestion
  *      question says so or nobody could read it;
@@ -251,6 +252,28 @@ first_burst (const struct rc_trigger_env *env, struct rc_trigger *t)
                       << env->params->page_shift;
 }
 
+/* Backend reads of a quarter of ra-io-max for the windows a stream makes
+ * before its first read has completed (adaptive mode).  Nothing is known
+ * yet of the backend then, and a deep client's next reads land at once
+ * in the pages of those windows (nbdcopy's first 16 reads of 256K in
+ * the async parts of its first two windows): each waited for a whole
+ * background read of 1 MiB, which on a fresh server, its two CPUs busy
+ * with three processes starting, reached the backend 11-17 ms after the
+ * worker took it and the client 15-19 ms after the backend answered
+ * (against 1-6 ms each way for the client's own reads).  In quarters
+ * the first pages come as soon as their own read does: nbdcopy behind
+ * 10 ms went from 0.94 to 0.97 of no filter (bench/RESULTS.md, "The
+ * first windows in quarter reads").  Not random reads (G) nor near
+ * windows (N): they read the request alone, as a client's own read.
+ */
+static bool
+first_reads_quarter (const struct rc_trigger_env *env,
+                     const struct rc_trigger *t, bool prev_valid)
+{
+  return env->params->mode == RA_MODE_ADAPTIVE && !prev_valid &&
+    t->w.branch != RA_G_RANDOM && t->w.branch != RA_N_NEAR;
+}
+
 /* ---- the yield bound and the inputs ---------------------------------- */
 
 /* What a yielding stream keeps of x pages (a quarter, at least one). */
@@ -479,6 +502,9 @@ decide_and_submit (struct rc_trigger_env *env, struct rc_trigger *t)
       t->yielded = true;
     }
   }
+  if (first_reads_quarter (env, t, prev_valid) &&
+      t->io > yield_part (p->io_max))
+    t->io = yield_part (p->io_max);
   if (random_read (p, t, prev_valid, prev_pos))
     note_random_wait (env, t->owner);
   if (t->w.size == 0)

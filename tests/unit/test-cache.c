@@ -518,13 +518,19 @@ worked_example (uint64_t io_max)
       uint64_t sync_end = win[k].start + win[k].size - win[k].async;
       uint64_t p = win[k].start, end = win[k].start + win[k].size;
 
-      /* Backend requests of at most io_max, never mixing the parts. */
+      /* Backend requests of at most io_max, never mixing the parts;
+       * the first window's async part (made before the first read
+       * completed) in reads of a quarter of io_max.  Its sync part is
+       * the request: one read, into the client's buffer.
+       */
       while (p < end) {
         uint64_t part_end = p < sync_end ? sync_end : end;
         uint64_t len = (part_end - p) * P;
+        uint64_t most = k == 0 && p >= sync_end && io_max / 4 >= P
+          ? io_max / 4 : k == 0 && p >= sync_end ? P : io_max;
 
-        if (len > io_max)
-          len = io_max;
+        if (len > most)
+          len = most;
         w[n++] = (struct want) { p * P, len, p < sync_end };
         p += len / P;
       }
@@ -1224,6 +1230,74 @@ START_TEST (test_yield_to_random)
   ASSERT_IDLE (c);
   rc_stream_free (s);
   rc_stream_free (random);
+}
+END_TEST
+
+/* The largest of the backend reads logged from request from on that
+ * start at lo or after; *n: how many there are.
+ */
+static uint32_t
+largest_read_since (struct fake *f, size_t from, uint64_t lo, size_t *n)
+{
+  size_t got, i;
+  struct req *r = fake_reqs_since (f, from, &got);
+  uint32_t most = 0;
+
+  *n = 0;
+  for (i = 0; i < got; i++)
+    if (r[i].offset >= lo) {
+      (*n)++;
+      if (r[i].count > most)
+        most = r[i].count;
+    }
+  free (r);
+  return most;
+}
+
+/* Before a stream's first read has completed, its windows are read in
+ * backend reads of a quarter of ra-io-max (first_reads_quarter); once
+ * one has, in reads of ra-io-max again.  Kernel mode keeps the kernel's
+ * rules: ra-io-max from the first window.
+ */
+START_TEST (test_first_window_quarter_reads)
+{
+  struct rc_cache *c;
+  struct rc_stream *s;
+  size_t from, n;
+  uint64_t off, first;
+
+  struct fake *f = bed_fake (16 * MiB);
+  /* A first read of 1 MiB: its window's async part of 1 MiB or more
+   * (the sync part is the request: one read into the client's buffer).
+   */
+  c = mk_cache (f, OPTS (.ra_max = 4 * MiB, .io_max = 1 * MiB,
+                         .cache = 16 * MiB));
+  s = rc_stream_new ();
+  RD_OK (c, s, f, 0, 1 * MiB);
+  ASSERT_IDLE (c);
+  first = ST (c, async_pages);
+  ck_assert_uint_ge (first, 256);
+  ck_assert_uint_eq (largest_read_since (f, 0, 1 * MiB, &n), 256 * KiB);
+  ck_assert_uint_eq (n, first / 64);
+  /* The next windows: reads of ra-io-max. */
+  from = fake_nlog (f);
+  for (off = 1 * MiB; off < 8 * MiB; off += 1 * MiB)
+    RD_OK (c, s, f, off, 1 * MiB);
+  ASSERT_IDLE (c);
+  ck_assert_uint_gt (ST (c, async_pages), first);
+  ck_assert_uint_eq (largest_read_since (f, from, 2 * MiB, &n), 1 * MiB);
+  rc_stream_free (s);
+  free_cache (c, f);
+
+  c = mk_cache (f, OPTS (.mode = RA_MODE_KERNEL, .ra_max = 4 * MiB,
+                         .io_max = 1 * MiB, .cache = 16 * MiB));
+  s = rc_stream_new ();
+  from = fake_nlog (f);
+  RD_OK (c, s, f, 0, 1 * MiB);
+  ASSERT_IDLE (c);
+  ck_assert_uint_gt (ST (c, async_pages), 0);
+  ck_assert_uint_eq (largest_read_since (f, from, 1 * MiB, &n), 1 * MiB);
+  rc_stream_free (s);
 }
 END_TEST
 
@@ -2676,6 +2750,7 @@ cache_suite (void)
   tcase_add_test (tc, test_async_after_own_sync);
   tcase_add_test (tc, test_async_beside_others_sync);
   tcase_add_test (tc, test_yield_to_random);
+  tcase_add_test (tc, test_first_window_quarter_reads);
   tcase_add_test (tc, test_promote_many);
   tcase_add_test (tc, test_unparked_jobs_wake_workers);
   tcase_add_test (tc, test_workers_on_demand);
