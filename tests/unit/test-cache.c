@@ -525,10 +525,10 @@ worked_example (uint64_t io_max)
        */
       while (p < end) {
         uint64_t part_end = p < sync_end ? sync_end : end;
-        uint64_t len = (part_end - p) * P;
-        uint64_t most = k == 0 && p >= sync_end && io_max / 4 >= P
-          ? io_max / 4 : k == 0 && p >= sync_end ? P : io_max;
+        uint64_t len = (part_end - p) * P, most = io_max;
 
+        if (k == 0 && p >= sync_end)     /* a quarter, at least a page */
+          most = io_max / 4 >= P ? io_max / 4 : P;
         if (len > most)
           len = most;
         w[n++] = (struct want) { p * P, len, p < sync_end };
