@@ -253,18 +253,13 @@ first_burst (const struct rc_trigger_env *env, struct rc_trigger *t)
 }
 
 /* Backend reads of a quarter of ra-io-max for the windows a stream makes
- * before its first read has completed (adaptive mode).  Nothing is known
- * yet of the backend then, and a deep client's next reads land at once
- * in the pages of those windows (nbdcopy's first 16 reads of 256K in
- * the async parts of its first two windows): each waited for a whole
- * background read of 1 MiB, which on a fresh server, its two CPUs busy
- * with three processes starting, reached the backend 11-17 ms after the
- * worker took it and the client 15-19 ms after the backend answered
- * (against 1-6 ms each way for the client's own reads).  In quarters
- * the first pages come as soon as their own read does: nbdcopy behind
- * 10 ms went from 0.94 to 0.97 of no filter (bench/RESULTS.md, "The
- * first windows in quarter reads").  Not random reads (G) nor near
- * windows (N): they read the request alone, as a client's own read.
+ * before its first read has completed (adaptive mode).  A deep client's
+ * next reads land at once in the pages of those windows, and each waits
+ * for the backend read that holds its page: on a fresh server a whole
+ * background read of 1 MiB came back far later than the client's own
+ * reads (figures: bench/RESULTS.md, "The first windows in quarter
+ * reads").  Not random reads (G) nor near windows (N): they read the
+ * request alone, as a client's own read.
  */
 static bool
 first_reads_quarter (const struct rc_trigger_env *env,
@@ -502,8 +497,7 @@ decide_and_submit (struct rc_trigger_env *env, struct rc_trigger *t)
       t->yielded = true;
     }
   }
-  if (first_reads_quarter (env, t, prev_valid) &&
-      t->io > yield_part (p->io_max))
+  if (first_reads_quarter (env, t, prev_valid))
     t->io = yield_part (p->io_max);
   if (random_read (p, t, prev_valid, prev_pos))
     note_random_wait (env, t->owner);

@@ -1264,7 +1264,7 @@ START_TEST (test_first_window_quarter_reads)
   struct rc_cache *c;
   struct rc_stream *s;
   size_t from, n;
-  uint64_t off, first;
+  uint64_t off, first_async;
 
   struct fake *f = bed_fake (16 * MiB);
   /* A first read of 1 MiB: its window's async part of 1 MiB or more
@@ -1275,16 +1275,16 @@ START_TEST (test_first_window_quarter_reads)
   s = rc_stream_new ();
   RD_OK (c, s, f, 0, 1 * MiB);
   ASSERT_IDLE (c);
-  first = ST (c, async_pages);
-  ck_assert_uint_ge (first, 256);
+  first_async = ST (c, async_pages);
+  ck_assert_uint_ge (first_async, 256);
   ck_assert_uint_eq (largest_read_since (f, 0, 1 * MiB, &n), 256 * KiB);
-  ck_assert_uint_eq (n, first / 64);
+  ck_assert_uint_eq (n, first_async / 64);
   /* The next windows: reads of ra-io-max. */
   from = fake_nlog (f);
   for (off = 1 * MiB; off < 8 * MiB; off += 1 * MiB)
     RD_OK (c, s, f, off, 1 * MiB);
   ASSERT_IDLE (c);
-  ck_assert_uint_gt (ST (c, async_pages), first);
+  ck_assert_uint_gt (ST (c, async_pages), first_async);
   ck_assert_uint_eq (largest_read_since (f, from, 2 * MiB, &n), 1 * MiB);
   rc_stream_free (s);
   free_cache (c, f);
