@@ -38,15 +38,16 @@
 #            --filter=delay file IMAGE rdelay=DELAY
 #   front:   nbdkit [FILTERS] nbd socket=backend.sock   (under bench/rusage)
 # Each cell is the median of REPEAT runs (configurations alternated
-# within each repetition); a run's figures: the client's seconds (the
+# within each repetition: in CONFIGS' order in the first, shuffled in
+# the others, run_order); a run's figures: the client's seconds (the
 # whole command), the front's CPU seconds (user + system), its minor
 # page faults and its peak resident set (a fresh server's first touch of
 # memory is dear here: bench/RESULTS.md, "CPU to the millisecond").  The
 # table gives, per row, each column's seconds, then ra-cache against the
 # better of plain and readahead (above 1: faster), ra-cache's share of
 # the ceiling (ceiling s / ra-cache s), and the front's CPU per byte,
-# minor faults and peak RSS against plain's (each from the run whose
-# seconds are the median).
+# minor faults and peak RSS against plain's (each figure the median of
+# its own runs: a run's CPU varies apart from its seconds).
 #
 # Environment (defaults in brackets):
 #   QUICK               1: TOOLS="convert-qcow2 nbdcopy bench1m",
@@ -239,6 +240,26 @@ client ()
   esac
 }
 
+# run_order REP ROW: CONFIGS in the order of repetition REP of ROW: as
+# given in the first, shuffled in the others (the seed is the repetition
+# and the row, so a run can be repeated).  A run can leave the machine
+# slower or faster for the next (the memory it freed, the host's page
+# cache), so no column always follows the same one.
+run_order ()
+{
+  local -a order
+  local i j t
+  read -r -a order <<<"$CONFIGS"
+  if [ "$1" -gt 1 ]; then
+    RANDOM=$(( $1 * 7919 + $(printf '%s' "$2" | cksum | cut -d' ' -f1) % 7919 ))
+    for ((i = ${#order[@]} - 1; i > 0; i--)); do
+      j=$((RANDOM % (i + 1)))
+      t=${order[i]}; order[i]=${order[j]}; order[j]=$t
+    done
+  fi
+  echo "${order[*]}"
+}
+
 # ---- one run -----------------------------------------------------------------
 declare -A runs=()
 failed=0
@@ -288,7 +309,7 @@ for d in $DISTANCES; do
     # In the host's page cache before the first run, as for the others.
     cat "$image" > /dev/null
     for ((rep = 1; rep <= REPEAT; rep++)); do
-      for c in $CONFIGS; do
+      for c in $(run_order "$rep" "$tool $dname"); do
         run_once "$tool" "$dname" "$c" "$image" "$(tool_bytes "$tool" "$bytes")" \
           "$delay" "$rate" "$rep" || true
       done
@@ -297,16 +318,23 @@ for d in $DISTANCES; do
 done
 
 # ---- the table ---------------------------------------------------------------
+# median KEY: the median of each figure of KEY's runs (seconds, CPU s,
+# faults, RSS), each over its own runs.
 median ()
 {
-  printf '%s' "${runs[$1]:-}" | bench_median_line 1
+  local f out=
+  [ -n "${runs[$1]:-}" ] || return 0
+  for f in 1 2 3 4; do
+    out+=" $(printf '%s' "${runs[$1]}" | bench_median_line "$f" | awk -v f="$f" '{ print $f }')"
+  done
+  echo "${out# }"
 }
 
 echo
 echo "Copy tools x distances: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $("$NBDKIT" --version), $(qemu-img --version | head -n 1), nbdcopy $(nbdcopy --version | head -n 1 | awk '{print $2}')"
 echo "backend: nbdkit -r [--filter=rate rate=RATE burstiness=0.1] --filter=delay file IMAGE rdelay=DELAY; front: nbdkit [FILTERS] nbd; Unix sockets, fresh servers per run"
 echo "ra-cache: $FILTER${RA_CACHE_ARGS:+ $RA_CACHE_ARGS}${FILTER_BASE:+; ra-cache-base: $FILTER_BASE}${RA_CACHE_BASE_ARGS+ ($RA_CACHE_BASE_ARGS)}"
-echo "seconds: median of $REPEAT; vs best: the better of plain and readahead / ra-cache (above 1: faster); of ceiling: ceiling s / ra-cache s; CPU, faults, RSS: the front's CPU s, minor faults and peak RSS, ra-cache / plain (of the median runs)"
+echo "seconds: median of $REPEAT; vs best: the better of plain and readahead / ra-cache (above 1: faster); of ceiling: ceiling s / ra-cache s; CPU, faults, RSS: the front's CPU s, minor faults and peak RSS, ra-cache / plain; every figure the median of its own runs"
 echo
 hdr="| tool | distance |"
 sep="|---|---|"
