@@ -113,10 +113,6 @@ struct rc_stream {
   struct rc_cong_peak peak;
   _Atomic uint64_t lately_bytes;
   _Atomic unsigned lately_reads;
-  /* Broadcast when one of its reads reaches its first page
-   * (behind.arriving; src/cache.c, trigger).
-   */
-  pthread_cond_t arrived;
 };
 
 /* src/workers.c */

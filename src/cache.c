@@ -187,7 +187,6 @@ rc_stream_new (void)
   if (!s)
     return NULL;
   pthread_mutex_init (&s->lock, NULL);
-  rc_cond_init (&s->arrived);
   ra_state_init (&s->ra);
   rc_behind_init (&s->behind);
   s->bytes_reading = s->depth_bytes = 0;
@@ -211,7 +210,6 @@ rc_stream_free (struct rc_stream *s)
 {
   if (!s)
     return;
-  pthread_cond_destroy (&s->arrived);
   pthread_mutex_destroy (&s->lock);
   free (s);
 }
@@ -230,8 +228,6 @@ struct client_read {
   char *buf;                    /* NULL: no client buffer (NBD_CMD_CACHE) */
   ra_pgoff again_page;          /* see rc_pc_page_read's again */
   struct rc_promotion pr;       /* while it waits for a page in flight */
-  int slot;                     /* its s->behind.reading slot, or -1 */
-  bool arriving;                /* its bit in s->behind.arriving is set */
 };
 
 /* Does batch [start, start + count) lie wholly inside rd's bytes? */
@@ -490,40 +486,6 @@ trigger_init (struct rc_trigger *t, struct client_read *cr, ra_pgoff index,
   t->user = cr;
 }
 
-/* In arrival order.  A client with several reads in flight sends them
- * in order, but the server's threads race, so a later read can reach the
- * cache first: with no window yet for the pages before it, it looked
- * random (branch G, the request alone), the earlier read then started
- * the stream's first window behind it, and the stream restarted its
- * ramp (bench/RESULTS.md, "Reads in arrival order").  So a read that
- * misses at its first page (a sync trigger) waits, for at most
- * RC_ARRIVAL_WAIT_NS, until the stream's reads in progress at lower
- * pages nearby (rc_behind_earlier; within the span a deep client keeps
- * in flight, as `reordered' in src/trigger.c counts it) have reached
- * their first page.  A read reaches it (arrived below) when it finds the
- * page cached or in flight, before it waits for anything, or, when it
- * misses there, as its own window is decided.
- */
-#define RC_ARRIVAL_WAIT_NS (UINT64_C (2) * 1000000)
-
-static void
-arrived_locked (struct client_read *cr)
-{
-  cr->arriving = false;
-  rc_behind_arrived (&cr->s->behind, cr->slot);
-  pthread_cond_broadcast (&cr->s->arrived);
-}
-
-static void
-arrived (struct client_read *cr)
-{
-  if (!cr->arriving)
-    return;
-  ACQUIRE_LOCK (&cr->s->lock);
-  arrived_locked (cr);
-  RELEASE_LOCK (&cr->s->lock);
-}
-
 /* A trigger of cr's stream at page index of a read ending at page last
  * (rd: that read, or NULL).
  */
@@ -536,24 +498,7 @@ trigger (struct client_read *cr, ra_pgoff index, bool marker, ra_pgoff last,
   int r;
 
   trigger_init (&t, cr, index, marker, last, rd);
-  if (cr->arriving && !marker) {
-    unsigned shift = cr->c->params.page_shift;
-    ra_pgoff span = ((2 * t.depth_bytes) >> shift) + (last - index);
-    uint64_t deadline = rc_now_ns () + RC_ARRIVAL_WAIT_NS;
-
-    ACQUIRE_LOCK (&s->lock);
-    while (rc_behind_earlier (&s->behind, cr->slot, index, span) &&
-           rc_now_ns () < deadline)
-      rc_cond_wait_until (&s->arrived, &s->lock, deadline);
-    rc_trigger_decide (&cr->c->env, &t);
-    arrived_locked (cr);
-    RELEASE_LOCK (&s->lock);
-    r = rc_trigger_act (&cr->c->env, &t, err);
-  }
-  else {
-    arrived (cr);
-    r = rc_trigger (&cr->c->env, &t, &s->lock, err);
-  }
+  r = rc_trigger (&cr->c->env, &t, &s->lock, err);
   rc_trigger_free (&t);
   return r;
 }
@@ -566,13 +511,10 @@ cr_copy_run (void *opaque, struct rc_read *rd, ra_pgoff index, unsigned n)
 {
   struct client_read *cr = opaque;
   uint64_t page_start = index << cr->c->params.page_shift;
-  unsigned k = rc_pc_copy_run (cr->c->pc, index, n,
-                               cr->buf + (page_start - rd->offset),
-                               cr->again_page);
 
-  if (k > 0)
-    arrived (cr);
-  return k;
+  return rc_pc_copy_run (cr->c->pc, index, n,
+                         cr->buf + (page_start - rd->offset),
+                         cr->again_page);
 }
 
 /* Before a client waits for a page in flight. */
@@ -581,7 +523,6 @@ promote (void *arg, ra_pgoff index)
 {
   struct client_read *cr = arg;
 
-  arrived (cr);
   rc_promote (cr->c, index, &cr->pr);
 }
 
@@ -606,8 +547,6 @@ cr_access (void *opaque, struct rc_read *rd, ra_pgoff index, uint64_t from,
   *waited = pgr.waited;
   *waited_ahead = pgr.waited_ahead;
   rc_promote_end (cr->c, &cr->pr);
-  if (r != RC_ACCESS_ABSENT)
-    arrived (cr);
   return r;
 }
 
@@ -642,7 +581,6 @@ cr_direct (void *opaque, struct rc_read *rd, ra_pgoff index, uint64_t from,
   struct client_read *cr = opaque;
 
   (void) index;
-  arrived (cr);
   return rc_backend_read_direct (cr->c, cr->ctx, cr->buf + (from - rd->offset),
                                  (uint32_t) (to - from), from, err);
 }
@@ -683,8 +621,6 @@ read_cached (struct rc_cache *c, struct rc_stream *s, void *ctx,
   ACQUIRE_LOCK (&s->lock);
   cr.again_page = rc_again_page (&s->ra, shift);
   slot = rc_behind_start (&s->behind, offset >> shift);
-  cr.slot = slot;
-  cr.arriving = slot >= 0;
   s->bytes_reading += count;
   s->nreading++;
   atomic_fetch_add (&c->client_bytes_reading, count);
@@ -711,8 +647,6 @@ read_cached (struct rc_cache *c, struct rc_stream *s, void *ctx,
   r = rc_read_path (&client_read_ops, &cr, &c->stats, shift, &rd, err);
 
   ACQUIRE_LOCK (&s->lock);
-  if (cr.arriving)              /* a failure before its first page */
-    pthread_cond_broadcast (&s->arrived);
   if (r == 0)
     ra_update_prev_pos (&s->ra, end);
   s->bytes_reading -= count;

@@ -146,7 +146,6 @@ rc_behind_init (struct rc_behind *bh)
   bh->behind = RA_NO_MARKER;    /* no read yet */
   for (k = 0; k < RC_STREAM_READS; k++)
     bh->reading[k] = RA_NO_MARKER;
-  bh->arriving = 0;
 }
 
 int
@@ -157,30 +156,9 @@ rc_behind_start (struct rc_behind *bh, ra_pgoff first)
   for (k = 0; k < RC_STREAM_READS; k++)
     if (bh->reading[k] == RA_NO_MARKER) {
       bh->reading[k] = first;
-      bh->arriving |= UINT32_C (1) << k;
       return k;
     }
   return -1;
-}
-
-void
-rc_behind_arrived (struct rc_behind *bh, int slot)
-{
-  if (slot >= 0)
-    bh->arriving &= ~(UINT32_C (1) << slot);
-}
-
-bool
-rc_behind_earlier (const struct rc_behind *bh, int slot, ra_pgoff index,
-                   ra_pgoff span)
-{
-  int k;
-
-  for (k = 0; k < RC_STREAM_READS; k++)
-    if (k != slot && (bh->arriving >> k & 1) && bh->reading[k] < index &&
-        index - bh->reading[k] <= span)
-      return true;
-  return false;
 }
 
 /* Giving back from where the stream gave back last, its pages come back
@@ -197,10 +175,8 @@ rc_behind_end (struct rc_behind *bh, int slot, ra_pgoff first, ra_pgoff end,
   ra_pgoff low = end, hi, from, span;
   int k;
 
-  if (slot >= 0) {
+  if (slot >= 0)
     bh->reading[slot] = RA_NO_MARKER;
-    bh->arriving &= ~(UINT32_C (1) << slot);
-  }
   for (k = 0; k < RC_STREAM_READS; k++)
     if (bh->reading[k] < low)
       low = bh->reading[k];

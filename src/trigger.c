@@ -515,20 +515,6 @@ decide_and_submit (struct rc_trigger_env *env, struct rc_trigger *t)
     env->ops->decided (env->opaque, t);
 }
 
-void
-rc_trigger_decide (struct rc_trigger_env *env, struct rc_trigger *t)
-{
-  decide_and_submit (env, t);
-}
-
-int
-rc_trigger_act (struct rc_trigger_env *env, struct rc_trigger *t, int *err)
-{
-  if (t->around)
-    return env->ops->around (env->opaque, t, err);
-  return env->ops->issue (env->opaque, t, err);
-}
-
 int
 rc_trigger (struct rc_trigger_env *env, struct rc_trigger *t,
             pthread_mutex_t *lock, int *err)
@@ -538,7 +524,9 @@ rc_trigger (struct rc_trigger_env *env, struct rc_trigger *t,
   decide_and_submit (env, t);
   if (lock)
     RELEASE_LOCK (lock);
-  return rc_trigger_act (env, t, err);
+  if (t->around)
+    return env->ops->around (env->opaque, t, err);
+  return env->ops->issue (env->opaque, t, err);
 }
 
 int

@@ -145,9 +145,8 @@ void rc_read_decide (struct ra_state *ra, const struct ra_params *p,
  */
 #define RC_STREAM_READS 16
 
-/* What a stream gives back behind it (rc_pc_drop_behind), and which of
- * its reads in progress have not yet reached their first page: not
- * thread safe, the caller serializes (the filter under the stream lock).
+/* What a stream gives back behind it (rc_pc_drop_behind): not thread
+ * safe, the caller serializes (the filter under the stream lock).
  */
 struct rc_behind {
   ra_pgoff behind;              /* pages before it given back */
@@ -155,29 +154,13 @@ struct rc_behind {
    * slot): drop-behind stays below them all.
    */
   ra_pgoff reading[RC_STREAM_READS];
-  /* A bit per slot: that read has not yet reached its first page
-   * (rc_behind_arrived).
-   */
-  uint32_t arriving;
 };
 
 void rc_behind_init (struct rc_behind *bh);
 /* A client read of the stream starts at page first: the slot that
- * tracks it (arriving), or -1.
+ * tracks it, or -1.
  */
 int rc_behind_start (struct rc_behind *bh, ra_pgoff first);
-/* The read of slot (or -1) reached its first page: found it cached or
- * in flight, or decided the window that reads it.
- */
-void rc_behind_arrived (struct rc_behind *bh, int slot);
-/* In arrival order: is a read in progress other than slot's, at a page
- * below index and within span pages of it, yet to reach its first page?
- * A deep client's reads reach the cache out of order (the server's
- * threads race); a read that misses waits for those before it decides
- * its window (src/cache.c, trigger).
- */
-bool rc_behind_earlier (const struct rc_behind *bh, int slot,
-                        ra_pgoff index, ra_pgoff span);
 /* A client read of pages [first, end) finished (end: the first page not
  * wholly read) and its slot (or -1) is freed.  The stream gives back
  * [from, *to): b (rc_pc_behind_pages) behind the lowest page that a

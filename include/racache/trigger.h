@@ -200,15 +200,6 @@ void rc_trigger_init (struct rc_trigger *t, struct ra_state *ra,
 /* Free what t's batch list took; t may be used again after init. */
 void rc_trigger_free (struct rc_trigger *t);
 
-/* rc_trigger in its two halves, for a caller that holds t->ra's lock
- * itself: rc_trigger_decide with it held (the window decided and
- * inserted), then rc_trigger_act without it (the batches issued, or the
- * request read around).  Returns what issue (or around) returned.
- */
-void rc_trigger_decide (struct rc_trigger_env *env, struct rc_trigger *t);
-int rc_trigger_act (struct rc_trigger_env *env, struct rc_trigger *t,
-                    int *err);
-
 /* Do trigger t (see the top of this file).  lock, if not NULL, guards
  * t->ra: it is held while the window is decided and inserted, and
  * released before the batches are issued.  Returns what issue (or

@@ -27,7 +27,6 @@
 #include "racache/congestion.h"
 #include "racache/pagecache.h"
 #include "racache/readahead.h"
-#include "racache/readpath.h"
 #include "racache/stats.h"
 #include "racache/util.h"
 
@@ -998,42 +997,6 @@ START_TEST (test_reordered_no_yield)
   ASSERT_IDLE (c);
   rc_stream_free (s);
   rc_stream_free (s2);
-}
-END_TEST
-
-/* In arrival order: a read that misses waits for the stream's reads in
- * progress at lower pages nearby that have not yet reached their first
- * page (rc_behind_earlier), and for no other.
- */
-START_TEST (test_arrival_order)
-{
-  struct rc_behind bh;
-  int a, b, far;
-
-  rc_behind_init (&bh);
-  a = rc_behind_start (&bh, 0);
-  b = rc_behind_start (&bh, 64);
-  far = rc_behind_start (&bh, 1000);
-  ck_assert_int_ge (a, 0);
-  ck_assert_int_ge (b, 0);
-  ck_assert_int_ge (far, 0);
-  ck_assert (rc_behind_earlier (&bh, b, 64, 200));    /* a, below */
-  ck_assert (!rc_behind_earlier (&bh, b, 64, 63));    /* a beyond the span */
-  ck_assert (!rc_behind_earlier (&bh, a, 0, 2000));   /* nothing below */
-  ck_assert (rc_behind_earlier (&bh, far, 1000, 1000));
-  ck_assert (!rc_behind_earlier (&bh, far, 1000, 900));
-  rc_behind_arrived (&bh, a);
-  ck_assert (!rc_behind_earlier (&bh, b, 64, 200));
-  ck_assert (rc_behind_earlier (&bh, far, 1000, 1000));  /* b still */
-  rc_behind_arrived (&bh, -1);                        /* untracked: no-op */
-  ck_assert (rc_behind_earlier (&bh, -1, 2000, 2000));
-  rc_behind_end (&bh, b, 64, 128, 16, &(ra_pgoff) { 0 });
-  ck_assert (!rc_behind_earlier (&bh, far, 1000, 1000));
-  /* A slot used again starts arriving again. */
-  b = rc_behind_start (&bh, 500);
-  ck_assert (rc_behind_earlier (&bh, far, 1000, 1000));
-  rc_behind_arrived (&bh, b);
-  ck_assert (!rc_behind_earlier (&bh, far, 1000, 1000));
 }
 END_TEST
 
@@ -2793,7 +2756,6 @@ cache_suite (void)
   tcase_add_test (tc, test_workers_on_demand);
   tcase_add_test (tc, test_drop_reads_around);
   tcase_add_test (tc, test_reordered_no_yield);
-  tcase_add_test (tc, test_arrival_order);
   tcase_add_test (tc, test_promote_not_stale);
 
   tc = bed_tcase (s, "errors", 120);
