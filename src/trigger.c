@@ -367,6 +367,26 @@ inputs (struct rc_trigger_env *env, const struct rc_trigger *t,
 
 /* ---- read around ------------------------------------------------------ */
 
+/* A random read (branch G: the request alone) of a quarter of
+ * ra-io-max or more, by a client with several reads in flight: a copy
+ * tool reading clusters out of order (qemu-img convert of a qcow2 image
+ * whose clusters were written over time) reads such data once, and kept
+ * pages only cost it fresh memory and a copy (bench/RESULTS.md, "Large
+ * random reads around the cache").  Read around as the covered client's
+ * reads are: its groups are remembered as given back, so data read a
+ * second time is kept (around_ok then says no).
+ */
+static bool
+large_random_read (const struct rc_trigger_env *env,
+                   const struct rc_trigger *t)
+{
+  const struct ra_window *w = &t->w;
+
+  return w->branch == RA_G_RANDOM && w->async_size == 0 &&
+    t->depth_reads >= 2 &&
+    w->size >= yield_part (env->params->io_max);
+}
+
 /* Step 4: read the client's request around the cache, when all the
  * window would keep of it is that request, from its first page: either
  * the client's own reads cover the backend (a request-only window), or
@@ -381,7 +401,8 @@ inputs (struct rc_trigger_env *env, const struct rc_trigger *t,
  * first time, a copy into them and their bookkeeping (a copy tool with
  * many reads in flight on each of its connections lost to no filter so;
  * bench/RESULTS.md, "Copy tools at every distance").  Not for random
- * reads (branch G: their pages are kept, as data read again) nor near
+ * reads (branch G: their pages are kept, as data read again), but for
+ * the large ones of a deep client (large_random_read below), nor near
  * windows (N), and only where the user can (around_ok: a client buffer, nothing of the
  * request cached, in flight or given back lately).  A dropped async part
  * shrinks the stream state as a dropped batch would (ra_drop_async), a
@@ -398,7 +419,9 @@ read_around (struct rc_trigger_env *env, struct rc_trigger *t)
   if (!t->rd || t->marker || !env->ops->around_ok ||
       t->index != t->rd->first || w->start != t->index || w->size < req)
     return false;
-  if (t->covered) {
+  if (large_random_read (env, t))
+    dropped = 0;
+  else if (t->covered) {
     if (w->async_size != 0)
       return false;
     dropped = 0;

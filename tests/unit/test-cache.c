@@ -958,6 +958,53 @@ START_TEST (test_drop_reads_around)
 }
 END_TEST
 
+/* A random read (branch G) of a quarter of ra-io-max or more by a client
+ * with another read in flight is read around the cache; one by a client
+ * with no other read in flight, or a smaller one, keeps its pages; and
+ * the same data read again is kept (its groups were given back).
+ */
+START_TEST (test_large_random_read_around)
+{
+  const uint64_t P = 4096;
+  struct rc_cache *c;
+  struct rc_stream *s;
+  struct bg_read b;
+  uint64_t around;
+
+  struct fake *f = bed_fake (64 * MiB);
+  c = mk_cache (f, OPTS (.io_max = 1 * MiB, .cache = 32 * MiB));
+  s = rc_stream_new ();
+  /* Depth 1: kept. */
+  RD_OK (c, s, f, 16 * MiB, 512 * KiB);
+  ck_assert_uint_eq (ST (c, windows[RA_G_RANDOM]), 1);
+  ck_assert_uint_eq (ST (c, read_around_pages), 0);
+  ck_assert (cached (c, 16 * MiB / P) && cached (c, (16 * MiB + 508 * KiB) / P));
+  /* A read of the stream held in flight: depth 2. */
+  fake_set_gate (f, true, 0, 64 * KiB);
+  bg_read_start (&b, c, s, f, 0, 64 * KiB);
+  ck_assert (fake_wait_blocked (f, 1));
+  RD_OK (c, s, f, 40 * MiB, 512 * KiB);           /* large: around */
+  ck_assert_uint_eq (ST (c, windows[RA_G_RANDOM]), 2);
+  ck_assert_uint_eq (ST (c, read_around_pages), 128);
+  ck_assert (!cached (c, 40 * MiB / P) && !cached (c, (40 * MiB + 508 * KiB) / P));
+  RD_OK (c, s, f, 48 * MiB, 64 * KiB);            /* small: kept */
+  ck_assert_uint_eq (ST (c, windows[RA_G_RANDOM]), 3);
+  ck_assert_uint_eq (ST (c, read_around_pages), 128);
+  ck_assert (cached (c, 48 * MiB / P));
+  around = ST (c, read_around_pages);
+  RD_OK (c, s, f, 40 * MiB, 512 * KiB);           /* read again: kept */
+  ck_assert_uint_eq (ST (c, read_around_pages), around);
+  ck_assert (cached (c, 40 * MiB / P) && cached (c, (40 * MiB + 508 * KiB) / P));
+  fake_set_gate (f, false, 0, 0);
+  bg_read_join (&b);
+  ck_assert_int_eq (b.r, 0);
+  free (b.buf);
+  ASSERT_IDLE (c);
+  rc_stream_free (s);
+  free_cache (c, f);
+}
+END_TEST
+
 /* A deep sequential client's read that arrives ahead of the stream's
  * position (the server's threads race) is decided as random (branch G)
  * but lies within the stream's reads in flight: it is no random reader
@@ -2756,6 +2803,7 @@ cache_suite (void)
   tcase_add_test (tc, test_workers_on_demand);
   tcase_add_test (tc, test_drop_reads_around);
   tcase_add_test (tc, test_reordered_no_yield);
+  tcase_add_test (tc, test_large_random_read_around);
   tcase_add_test (tc, test_promote_not_stale);
 
   tc = bed_tcase (s, "errors", 120);
