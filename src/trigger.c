@@ -374,16 +374,21 @@ inputs (struct rc_trigger_env *env, const struct rc_trigger *t,
  * pages only cost it fresh memory and a copy (bench/RESULTS.md, "Large
  * random reads around the cache").  Read around as the covered client's
  * reads are: its groups are remembered as given back, so data read a
- * second time is kept (around_ok then says no).
+ * second time is kept (around_ok then says no).  Not a stream's first
+ * reads, nor a deep sequential client's reordered one (as random_read
+ * counts them): their pages are the history the next windows are sized
+ * from (a 256K depth-4 reader behind 50 ms lost to it).
  */
 static bool
 large_random_read (const struct rc_trigger_env *env,
-                   const struct rc_trigger *t)
+                   const struct rc_trigger *t, bool prev_valid,
+                   uint64_t prev_pos)
 {
   const struct ra_window *w = &t->w;
 
   return w->branch == RA_G_RANDOM && w->async_size == 0 &&
-    t->depth_reads >= 2 &&
+    t->depth_reads >= 2 && prev_valid &&
+    !reordered (env->params, t, prev_pos) &&
     w->size >= yield_part (env->params->io_max);
 }
 
@@ -402,7 +407,7 @@ large_random_read (const struct rc_trigger_env *env,
  * many reads in flight on each of its connections lost to no filter so;
  * bench/RESULTS.md, "Copy tools at every distance").  Not for random
  * reads (branch G: their pages are kept, as data read again), but for
- * the large ones of a deep client (large_random_read below), nor near
+ * the large ones of a deep client (large_random_read above), nor near
  * windows (N), and only where the user can (around_ok: a client buffer, nothing of the
  * request cached, in flight or given back lately).  A dropped async part
  * shrinks the stream state as a dropped batch would (ra_drop_async), a
@@ -410,7 +415,8 @@ large_random_read (const struct rc_trigger_env *env,
  * (ra_keep_only), so the stream goes on with branch B at its next read.
  */
 static bool
-read_around (struct rc_trigger_env *env, struct rc_trigger *t)
+read_around (struct rc_trigger_env *env, struct rc_trigger *t,
+             bool prev_valid, uint64_t prev_pos)
 {
   const struct ra_window *w = &t->w;
   ra_pgoff req = t->last - t->index, sync = w->size - w->async_size;
@@ -419,7 +425,7 @@ read_around (struct rc_trigger_env *env, struct rc_trigger *t)
   if (!t->rd || t->marker || !env->ops->around_ok ||
       t->index != t->rd->first || w->start != t->index || w->size < req)
     return false;
-  if (large_random_read (env, t))
+  if (large_random_read (env, t, prev_valid, prev_pos))
     dropped = 0;
   else if (t->covered) {
     if (w->async_size != 0)
@@ -530,7 +536,7 @@ decide_and_submit (struct rc_trigger_env *env, struct rc_trigger *t)
     t->burst = t->w.size;
     STAT_ADD (env->st, async_burst_pages, t->burst);
   }
-  else if (!read_around (env, t)) {
+  else if (!read_around (env, t, prev_valid, prev_pos)) {
     submit (env, t, false);
     keep_or_drop (env, t);
   }
