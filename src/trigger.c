@@ -318,20 +318,22 @@ reordered (const struct ra_params *p, const struct rc_trigger *t,
     (at >= prev_pos ? at - prev_pos : prev_pos - at) <= span;
 }
 
-/* Does a client wait for a read at random (the yield bound above)?  A
- * branch G window of a client not covered, not a deep client's
- * reordered read, of a stream with a read completed: before that a
- * stream has no history and its first reads are branch G wherever they
- * lie, and streams that start together each at its own offset (fio's
- * jobs, nbdcopy's connections) yielded to each other for a second
- * (bench/RESULTS.md, "A stream's first reads are no random reader").
+/* Is the window a read at random?  A branch G window, not a deep
+ * client's reordered read, of a stream with a read completed: before
+ * that a stream has no history and its first reads are branch G
+ * wherever they lie, and streams that start together each at its own
+ * offset (fio's jobs, nbdcopy's connections) yielded to each other for a
+ * second (bench/RESULTS.md, "A stream's first reads are no random
+ * reader").  Such a read of a client not covered makes the others
+ * yield (the yield bound above); a large one of a deep client is read
+ * around the cache (large_random_read).
  */
 static bool
 random_read (const struct ra_params *p, const struct rc_trigger *t,
              bool prev_valid, uint64_t prev_pos)
 {
-  return t->w.branch == RA_G_RANDOM && t->w.size > 0 && !t->covered &&
-    prev_valid && !reordered (p, t, prev_pos);
+  return t->w.branch == RA_G_RANDOM && t->w.size > 0 && prev_valid &&
+    !reordered (p, t, prev_pos);
 }
 
 static void
@@ -374,22 +376,18 @@ inputs (struct rc_trigger_env *env, const struct rc_trigger *t,
  * pages only cost it fresh memory and a copy (bench/RESULTS.md, "Large
  * random reads around the cache").  Read around as the covered client's
  * reads are: its groups are remembered as given back, so data read a
- * second time is kept (around_ok then says no).  Not a stream's first
- * reads, nor a deep sequential client's reordered one (as random_read
- * counts them): their pages are the history the next windows are sized
- * from (a 256K depth-4 reader behind 50 ms lost to it).
+ * second time is kept (around_ok then says no).  at_random: the window is
+ * a read at random (random_read), not a stream's first reads nor a deep
+ * sequential client's reordered one, whose pages are the history the
+ * next windows are sized from (a 256K depth-4 reader behind 50 ms lost
+ * to reading them around).
  */
 static bool
 large_random_read (const struct rc_trigger_env *env,
-                   const struct rc_trigger *t, bool prev_valid,
-                   uint64_t prev_pos)
+                   const struct rc_trigger *t, bool at_random)
 {
-  const struct ra_window *w = &t->w;
-
-  return w->branch == RA_G_RANDOM && w->async_size == 0 &&
-    t->depth_reads >= 2 && prev_valid &&
-    !reordered (env->params, t, prev_pos) &&
-    w->size >= yield_part (env->params->io_max);
+  return at_random && t->depth_reads >= 2 &&
+    t->w.size >= yield_part (env->params->io_max);
 }
 
 /* Step 4: read the client's request around the cache, when all the
@@ -416,7 +414,7 @@ large_random_read (const struct rc_trigger_env *env,
  */
 static bool
 read_around (struct rc_trigger_env *env, struct rc_trigger *t,
-             bool prev_valid, uint64_t prev_pos)
+             bool at_random)
 {
   const struct ra_window *w = &t->w;
   ra_pgoff req = t->last - t->index, sync = w->size - w->async_size;
@@ -425,7 +423,7 @@ read_around (struct rc_trigger_env *env, struct rc_trigger *t,
   if (!t->rd || t->marker || !env->ops->around_ok ||
       t->index != t->rd->first || w->start != t->index || w->size < req)
     return false;
-  if (large_random_read (env, t, prev_valid, prev_pos))
+  if (large_random_read (env, t, at_random))
     dropped = 0;
   else if (t->covered) {
     if (w->async_size != 0)
@@ -467,7 +465,7 @@ decide_and_submit (struct rc_trigger_env *env, struct rc_trigger *t)
   struct ra_params request_only;
   struct ra_inputs in, *inp = NULL;
   uint64_t prev_pos = t->ra->prev_pos;
-  bool prev_valid = t->ra->prev_valid;
+  bool prev_valid = t->ra->prev_valid, at_random;
   struct rc_cong_load asked = {
     .client_reads = t->depth_reads > t->lately_reads
       ? t->depth_reads : t->lately_reads,
@@ -528,7 +526,8 @@ decide_and_submit (struct rc_trigger_env *env, struct rc_trigger *t)
   }
   if (first_reads_quarter (env, t, prev_valid))
     t->io = yield_part (p->io_max);
-  if (random_read (p, t, prev_valid, prev_pos))
+  at_random = random_read (p, t, prev_valid, prev_pos);
+  if (at_random && !t->covered)
     note_random_wait (env, t->owner);
   if (t->w.size == 0)
     return;
@@ -536,7 +535,7 @@ decide_and_submit (struct rc_trigger_env *env, struct rc_trigger *t)
     t->burst = t->w.size;
     STAT_ADD (env->st, async_burst_pages, t->burst);
   }
-  else if (!read_around (env, t, prev_valid, prev_pos)) {
+  else if (!read_around (env, t, at_random)) {
     submit (env, t, false);
     keep_or_drop (env, t);
   }
