@@ -647,8 +647,10 @@ read_cached (struct rc_cache *c, struct rc_stream *s, void *ctx,
   r = rc_read_path (&client_read_ops, &cr, &c->stats, shift, &rd, err);
 
   ACQUIRE_LOCK (&s->lock);
-  if (r == 0)
+  if (r == 0) {
     ra_update_prev_pos (&s->ra, end);
+    s->ra.done_bytes += count;
+  }
   s->bytes_reading -= count;
   s->nreading--;
   atomic_fetch_sub (&c->client_bytes_reading, count);

@@ -36,6 +36,10 @@
  * (`two_io_max` in rc_cong_decide; the header, RC_CONG_WINDOW).
  */
 #define CALM_BDPS 2
+/* ... nor one that read less than this share of its depth in a base
+ * latency while covered (the header, RC_CONG_WINDOW).
+ */
+#define CALM_LITTLE 0.75
 
 static unsigned
 size_class (uint64_t bytes)
@@ -288,7 +292,10 @@ rc_cong_decide (const struct rc_cong *e, enum rc_cong_question q,
       if (l->covered_since_ns > from)
         from = l->covered_since_ns;
       return l->now_ns > from && l->now_ns - from >= CALM_BASES * base &&
-        (l->client_bytes < CALM_BDPS * bdp || l->client_bytes < two_io_max)
+        (l->client_bytes < CALM_BDPS * bdp || l->client_bytes < two_io_max) &&
+        (l->covered_rate == 0 ||
+         l->covered_rate * (double) base
+         >= CALM_LITTLE * (double) l->client_bytes)
         ? RC_CONG_UNCOVERED_CALM : RC_CONG_COVERED_CALM;
     }
     return RC_CONG_GO;

@@ -398,6 +398,7 @@ replay_read (struct sim *s, const struct trace_read *r)
   slot = rc_behind_start (&st->behind, rd.first);
   rc_read_path (&sim_read_ops, s, &s->st, shift, &rd, &err);
   ra_update_prev_pos (&st->ra, end);
+  st->ra.done_bytes += r->length;
   from = rc_behind_end (&st->behind, slot, rd.first, end >> shift,
                         rc_pc_behind_pages (s->pc), &to);
   rc_pc_drop_behind (s->pc, from, to);

@@ -367,6 +367,49 @@ inputs (struct rc_trigger_env *env, const struct rc_trigger *t,
     ? yield_part (env->params->self_max) : 0;
 }
 
+/* ---- the rate of a covered client ------------------------------------ */
+
+/* The bytes a ns the client has read since its first read completed
+ * while covered (0: not measured), for the calm let-go
+ * (include/racache/congestion.h, RC_CONG_WINDOW): a client whose reads
+ * wait on the distance alone reads its depth in a base latency; one
+ * that reads much less is bound by something windows do not move.
+ */
+static double
+covered_rate (const struct ra_state *ra, uint64_t now)
+{
+  const struct ra_covered_rate *c = &ra->cov;
+
+  if (c->from_ns == 0 || now <= c->from_ns)
+    return 0;
+  return (double) (ra->done_bytes - c->from_bytes)
+    / (double) (now - c->from_ns);
+}
+
+/* Measure from the client's first read completed once it is covered, so
+ * that the wait for its first reads does not count; from afresh once it
+ * is neither covered nor let go calm.
+ */
+static void
+note_covered (struct ra_state *ra, enum rc_cong_answer a, uint64_t now)
+{
+  struct ra_covered_rate *c = &ra->cov;
+
+  if (a != RC_CONG_COVERED && a != RC_CONG_COVERED_CALM &&
+      a != RC_CONG_UNCOVERED_CALM) {
+    memset (c, 0, sizeof *c);
+    return;
+  }
+  if (!c->covered) {
+    c->covered = true;
+    c->mark_bytes = ra->done_bytes;
+  }
+  if (c->from_ns == 0 && now != 0 && ra->done_bytes > c->mark_bytes) {
+    c->from_ns = now;
+    c->from_bytes = ra->done_bytes;
+  }
+}
+
 /* ---- read around ------------------------------------------------------ */
 
 /* A random read (branch G: the request alone) of a quarter of
@@ -478,7 +521,9 @@ decide_and_submit (struct rc_trigger_env *env, struct rc_trigger *t)
   enum rc_cong_answer a;
 
   t->io = p->io_max;
+  asked.covered_rate = covered_rate (t->ra, asked.now_ns);
   a = env->ops->congestion (env->opaque, RC_CONG_WINDOW, &asked);
+  note_covered (t->ra, a, asked.now_ns);
   if (a == RC_CONG_COVERED || a == RC_CONG_COVERED_CALM) {
     if (t->ra->covered_since_ns == 0)
       t->ra->covered_since_ns = asked.now_ns;

@@ -87,8 +87,9 @@
  *    covered once the sync reads have not queued for 8 base latencies
  *    while it was covered (calm before it was, as while qemu-img reads
  *    a qcow2 image's tables one at a time, does not count), unless it
- *    keeps at least two BDPs and twice window_bytes in flight: then
- *    UNCOVERED_CALM, which reads ahead as GO and goes on doing so while
+ *    keeps at least two BDPs and twice window_bytes in flight, or read
+ *    less than three quarters of client_bytes in a base latency while
+ *    covered (covered_rate, when measured): then UNCOVERED_CALM, which reads ahead as GO and goes on doing so while
  *    the calm lasts (the caller keeps covered_since_ns; a client let go
  *    for one window only, then covered again, was trapped in 1 run of
  *    12).
@@ -119,7 +120,17 @@
  *    (nbdcopy's connections at 1 ms, 13 reads and 3.3 MB each against a
  *    BDP of 0.8 MB, let go 110 ms into the job, read up to 11,500 pages
  *    ahead a run; bench/RESULTS.md, "Not letting go a client two BDPs
- *    deep").
+ *    deep").  Nor is a client that reads much less than its depth in a
+ *    base latency: calm reads and a BDP of its own depth, but bound by
+ *    something else, windows do not speed it up.  qemu-img convert of
+ *    a raw image behind 10 ms keeps 16 MiB in flight, a BDP of 15 MB,
+ *    and reads 0.85-0.96 GB/s, about half of 16 MiB in 10 ms: the CPU
+ *    bounds the copy on two cores.  Let go, it read no faster, at
+ *    0.69-0.80 GB/s, and copied every page through the cache (37 MB of
+ *    cache memory); the trapped client reads its depth in a base
+ *    latency, as does nbdcopy on one connection there, 0.95 of its 4
+ *    MiB (bench/RESULTS.md, "Not letting go a client bound by the
+ *    CPU").
  *  - RC_CONG_KEEP / RC_CONG_EARLY: may a window just decided keep its
  *    async part (KEEP, at submit; with ra-congestion=skip the fixed
  *    threshold of reads running and queued drops it, as the kernel's
@@ -233,6 +244,10 @@ struct rc_cong_load {
                                  * or let go calm (0: neither, or no
                                  * clock) */
   uint64_t now_ns;              /* WINDOW: the clock (rc_now_ns; 0: none) */
+  double covered_rate;          /* WINDOW: the bytes a ns the client read
+                                 * while covered, from its first read
+                                 * completed so (src/trigger.c,
+                                 * calm_trial; 0: not measured) */
   bool yielding;                /* BESIDE: the window yields to a random
                                  * reader (src/trigger.c, yielding) */
 };

@@ -541,6 +541,17 @@ START_TEST (test_covered_calm)
   l.now_ns = t;
   ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l),
                     RC_CONG_UNCOVERED_CALM);
+  /* Not a client that read less than three quarters of its depth in a
+   * base latency while covered (bound by the CPU, not the distance):
+   * here 1 MiB in 20 ms is its distance's rate.
+   */
+  l.covered_rate = 0.74 * (double) (1 << 20) / (double) (20 * MS);
+  ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l),
+                    RC_CONG_COVERED_CALM);
+  l.covered_rate = 0.76 * (double) (1 << 20) / (double) (20 * MS);
+  ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l),
+                    RC_CONG_UNCOVERED_CALM);
+  l.covered_rate = 0;
   /* ... and at its next trigger too, while the calm lasts (the caller
    * keeps covered_since_ns), if it keeps one and a half window_bytes
    * (the BDP known); with less it is not covered at all.
