@@ -175,6 +175,8 @@ ra_state_init (struct ra_state *ra)
   ra->queue_seen = false;
   ra->first_windows = 0;
   ra->covered_since_ns = 0;
+  ra->done_bytes = 0;
+  ra->cov = (struct ra_covered_rate) { 0 };
 }
 
 ra_pgoff

@@ -30,6 +30,7 @@
 
 #include <config.h>
 
+#include <float.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -369,44 +370,62 @@ inputs (struct rc_trigger_env *env, const struct rc_trigger *t,
 
 /* ---- the rate of a covered client ------------------------------------ */
 
-/* The bytes a ns the client has read since its first read completed
- * while covered (0: not measured), for the calm let-go
+/* The bytes a ns the client read while covered, for the calm let-go
  * (include/racache/congestion.h, RC_CONG_WINDOW): a client whose reads
- * wait on the distance alone reads its depth in a base latency; one
- * that reads much less is bound by something windows do not move.
+ * wait on the distance alone reads its depth in a base latency; one that
+ * reads much less is bound by something windows do not move.  Measured
+ * from the first trigger after one of its reads completed once it was
+ * covered (the wait for its first reads does not count) to now, or to
+ * its let-go: measured on, a client let go whose rate then fell would be
+ * covered again at the next trigger, let go and covered in turn.  The
+ * mean over that time, idle gaps included, against the most the client
+ * kept in flight lately: both err towards keeping a client covered.
+ * 0: not measured (no read completed, no clock); a client that read
+ * nothing since gets the smallest positive rate.
  */
-static double
-covered_rate (const struct ra_state *ra, uint64_t now)
+double
+rc_covered_rate (const struct ra_state *ra, uint64_t now)
 {
   const struct ra_covered_rate *c = &ra->cov;
+  uint64_t to = c->let_go ? c->to_ns : now;
+  uint64_t bytes = c->let_go ? c->to_bytes : ra->done_bytes;
 
-  if (c->from_ns == 0 || now <= c->from_ns)
+  if (c->from_ns == 0 || to <= c->from_ns)
     return 0;
-  return (double) (ra->done_bytes - c->from_bytes)
-    / (double) (now - c->from_ns);
+  if (bytes == c->from_bytes)
+    return DBL_MIN;
+  return (double) (bytes - c->from_bytes) / (double) (to - c->from_ns);
 }
 
-/* Measure from the client's first read completed once it is covered, so
- * that the wait for its first reads does not count; from afresh once it
- * is neither covered nor let go calm.
+/* Keep ra->cov after the WINDOW answer a: from afresh once the client is
+ * neither covered nor let go calm, the end of the measure at its let-go.
  */
-static void
-note_covered (struct ra_state *ra, enum rc_cong_answer a, uint64_t now)
+void
+rc_covered_note (struct ra_state *ra, enum rc_cong_answer a, uint64_t now)
 {
   struct ra_covered_rate *c = &ra->cov;
 
   if (a != RC_CONG_COVERED && a != RC_CONG_COVERED_CALM &&
       a != RC_CONG_UNCOVERED_CALM) {
-    memset (c, 0, sizeof *c);
+    *c = (struct ra_covered_rate) { 0 };
     return;
   }
   if (!c->covered) {
     c->covered = true;
     c->mark_bytes = ra->done_bytes;
   }
+  if (c->let_go)
+    return;
   if (c->from_ns == 0 && now != 0 && ra->done_bytes > c->mark_bytes) {
     c->from_ns = now;
     c->from_bytes = ra->done_bytes;
+  }
+  if (a == RC_CONG_UNCOVERED_CALM) {
+    c->let_go = true;
+    if (c->from_ns != 0) {
+      c->to_ns = now;
+      c->to_bytes = ra->done_bytes;
+    }
   }
 }
 
@@ -521,9 +540,9 @@ decide_and_submit (struct rc_trigger_env *env, struct rc_trigger *t)
   enum rc_cong_answer a;
 
   t->io = p->io_max;
-  asked.covered_rate = covered_rate (t->ra, asked.now_ns);
+  asked.covered_rate = rc_covered_rate (t->ra, asked.now_ns);
   a = env->ops->congestion (env->opaque, RC_CONG_WINDOW, &asked);
-  note_covered (t->ra, a, asked.now_ns);
+  rc_covered_note (t->ra, a, asked.now_ns);
   if (a == RC_CONG_COVERED || a == RC_CONG_COVERED_CALM) {
     if (t->ra->covered_since_ns == 0)
       t->ra->covered_since_ns = asked.now_ns;

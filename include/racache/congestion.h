@@ -89,10 +89,11 @@
  *    a qcow2 image's tables one at a time, does not count), unless it
  *    keeps at least two BDPs and twice window_bytes in flight, or read
  *    less than three quarters of client_bytes in a base latency while
- *    covered (covered_rate, when measured): then UNCOVERED_CALM, which reads ahead as GO and goes on doing so while
- *    the calm lasts (the caller keeps covered_since_ns; a client let go
- *    for one window only, then covered again, was trapped in 1 run of
- *    12).
+ *    covered (covered_rate, when measured): then UNCOVERED_CALM, which
+ *    reads ahead as GO and goes on doing so while the calm lasts (the
+ *    caller keeps covered_since_ns, and the rate measured up to the
+ *    let-go; a client let go for one window only, then covered again,
+ *    was trapped in 1 run of 12).
  *    Why: a client covered before anything read ahead keeps only its
  *    own reads in flight, so the BDP measured is its own depth, which it
  *    then covers for good (4 reads of 256 KiB behind 20 ms at 1 Gbit/s,
@@ -245,9 +246,9 @@ struct rc_cong_load {
                                  * clock) */
   uint64_t now_ns;              /* WINDOW: the clock (rc_now_ns; 0: none) */
   double covered_rate;          /* WINDOW: the bytes a ns the client read
-                                 * while covered, from its first read
-                                 * completed so (src/trigger.c,
-                                 * calm_trial; 0: not measured) */
+                                 * while covered, up to its let-go
+                                 * (src/trigger.c, rc_covered_rate; 0:
+                                 * not measured) */
   bool yielding;                /* BESIDE: the window yields to a random
                                  * reader (src/trigger.c, yielding) */
 };

@@ -113,14 +113,19 @@ struct ra_near {
   unsigned fails;       /* trials in a row that were not used */
 };
 
-/* What a covered client reads in a ns (src/trigger.c, covered_rate),
- * measured while it is covered or let go calm; all zero else.
+/* What a covered client reads in a ns (src/trigger.c, rc_covered_rate),
+ * measured while it is covered, up to its let-go calm; all zero while it
+ * is neither covered nor let go.
  */
 struct ra_covered_rate {
   bool covered;         /* measuring: the client is covered ... */
   uint64_t mark_bytes;  /* ... since done_bytes was this */
-  uint64_t from_ns;     /* its first read completed since (0: none yet) */
+  uint64_t from_ns;     /* the first trigger after a read of it completed
+                         * since (0: none yet) */
   uint64_t from_bytes;  /* done_bytes then */
+  bool let_go;          /* let go calm since: the rate measured ... */
+  uint64_t to_ns;       /* ... up to then (0: not measured) */
+  uint64_t to_bytes;    /* done_bytes then */
 };
 
 /* Stream state: one per NBD connection (the kernel keeps one per open
@@ -143,7 +148,7 @@ struct ra_state {
   uint64_t covered_since_ns; /* ... since when, or since when it was
                          * covered before being let go calm (0: neither) */
   uint64_t done_bytes;  /* the client's bytes read so far (src/cache.c) */
-  struct ra_covered_rate cov; /* src/trigger.c, covered_rate */
+  struct ra_covered_rate cov; /* src/trigger.c, rc_covered_rate */
   unsigned first_windows; /* windows made before its first read completed,
                          * up to 2 (src/trigger.c, first_burst) */
 };

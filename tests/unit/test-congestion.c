@@ -20,6 +20,8 @@
 #include <check.h>
 
 #include "racache/congestion.h"
+#include "racache/readahead.h"
+#include "racache/trigger.h"
 
 #define MS 1000000ull
 #define MAXR 512
@@ -642,6 +644,53 @@ START_TEST (test_covered_calm)
 }
 END_TEST
 
+/* The calm let-go's measure (src/trigger.c, rc_covered_rate): from the
+ * first trigger after a read completed once the client is covered, up
+ * to its let-go calm, then kept; from afresh once it is neither.
+ */
+START_TEST (test_covered_rate)
+{
+  struct ra_state ra;
+
+  memset (&ra, 0xff, sizeof ra);
+  ra_state_init (&ra);
+  ck_assert_uint_eq (ra.done_bytes, 0);
+  ck_assert (!ra.cov.covered && ra.cov.from_ns == 0 && !ra.cov.let_go);
+  ck_assert (rc_covered_rate (&ra, 5 * MS) == 0);
+  /* Covered at its second read, nothing completed yet: not measured. */
+  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 1 * MS);
+  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 2 * MS);
+  ck_assert (rc_covered_rate (&ra, 3 * MS) == 0);
+  /* Its first reads complete at 11 ms: 2 MiB, measured from there. */
+  ra.done_bytes = 2 << 20;
+  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 11 * MS);
+  ck_assert (rc_covered_rate (&ra, 11 * MS) == 0);
+  ck_assert (rc_covered_rate (&ra, 21 * MS) > 0);     /* nothing read since */
+  ck_assert (rc_covered_rate (&ra, 21 * MS) < 1e-6);
+  ra.done_bytes = 10 << 20;
+  ck_assert (rc_covered_rate (&ra, 21 * MS) == (double) (8 << 20) / (10 * MS));
+  /* Let go at 21 ms: the measure ends there and stays so, whatever the
+   * client reads since, covered again or not.
+   */
+  rc_covered_note (&ra, RC_CONG_UNCOVERED_CALM, 21 * MS);
+  ra.done_bytes = 11 << 20;
+  ck_assert (rc_covered_rate (&ra, 100 * MS) == (double) (8 << 20) / (10 * MS));
+  rc_covered_note (&ra, RC_CONG_COVERED, 100 * MS);
+  rc_covered_note (&ra, RC_CONG_UNCOVERED_CALM, 110 * MS);
+  ck_assert (rc_covered_rate (&ra, 200 * MS) == (double) (8 << 20) / (10 * MS));
+  /* Not covered: from afresh. */
+  rc_covered_note (&ra, RC_CONG_GO, 200 * MS);
+  ck_assert (rc_covered_rate (&ra, 300 * MS) == 0);
+  ck_assert (!ra.cov.covered && !ra.cov.let_go);
+  rc_covered_note (&ra, RC_CONG_COVERED, 300 * MS);
+  ck_assert_uint_eq (ra.cov.mark_bytes, 11 << 20);
+  /* No clock: never measured. */
+  ra.done_bytes = 12 << 20;
+  rc_covered_note (&ra, RC_CONG_COVERED, 0);
+  ck_assert (rc_covered_rate (&ra, 0) == 0);
+}
+END_TEST
+
 /* What a client kept in flight lately (rc_cong_lately): its peak holds,
  * halved for every second since (linearly in between), and a read with
  * more bytes in flight than that makes a new peak.  A copy tool sixteen
@@ -785,6 +834,7 @@ congestion_suite (void)
   tcase_add_test (tc, test_decide_rules);
   tcase_add_test (tc, test_bdp_delivered);
   tcase_add_test (tc, test_covered_calm);
+  tcase_add_test (tc, test_covered_rate);
   tcase_add_test (tc, test_lately);
   tcase_add_test (tc, test_async_beside_sync);
   suite_add_tcase (s, tc);
