@@ -38,10 +38,10 @@
 #            --filter=delay file IMAGE rdelay=DELAY
 #   front:   nbdkit [FILTERS] nbd socket=backend.sock   (under bench/rusage)
 # Each cell is the median of REPEAT runs (configurations alternated
-# within each repetition: in CONFIGS' order in the first, shuffled in
-# the others, run_order); a run's figures: the client's seconds (the
-# whole command), the front's CPU seconds (user + system), its minor
-# page faults and its peak resident set (a fresh server's first touch of
+# within each repetition, in an order shuffled in each, run_order); a
+# run's figures: the client's seconds (the whole command), the front's
+# CPU seconds (user + system), its minor page faults and its peak
+# resident set (a fresh server's first touch of
 # memory is dear here: bench/RESULTS.md, "CPU to the millisecond").  The
 # table gives, per row, each column's seconds, then ra-cache against the
 # better of plain and readahead (above 1: faster), ra-cache's share of
@@ -240,23 +240,25 @@ client ()
   esac
 }
 
-# run_order REP ROW: CONFIGS in the order of repetition REP of ROW: as
-# given in the first, shuffled in the others (the seed is the repetition
-# and the row, so a run can be repeated).  A run can leave the machine
-# slower or faster for the next (the memory it freed, the host's page
-# cache), so no column always follows the same one.
+# run_order REP ROW: CONFIGS in the order of repetition REP of ROW,
+# shuffled (the seed is the repetition and the row, so a run can be
+# repeated).  A run can leave the machine slower or faster for the next
+# (the memory it freed, the host's page cache), and where a run sits
+# moved nbdcopy at 1 ms by 5% or more, more than the filter did
+# (bench/RESULTS.md, "nbdcopy at 1 ms, the order of runs, and the fixed
+# cost at 50 ms"), so no column always follows the same one, the first
+# repetition included (in CONFIGS' order, ra-cache always ran after
+# readahead+cache there).
 run_order ()
 {
   local -a order
   local i j t
   read -r -a order <<<"$CONFIGS"
-  if [ "$1" -gt 1 ]; then
-    RANDOM=$(( $1 * 7919 + $(printf '%s' "$2" | cksum | cut -d' ' -f1) % 7919 ))
-    for ((i = ${#order[@]} - 1; i > 0; i--)); do
-      j=$((RANDOM % (i + 1)))
-      t=${order[i]}; order[i]=${order[j]}; order[j]=$t
-    done
-  fi
+  RANDOM=$(( $1 * 7919 + $(printf '%s' "$2" | cksum | cut -d' ' -f1) % 7919 ))
+  for ((i = ${#order[@]} - 1; i > 0; i--)); do
+    j=$((RANDOM % (i + 1)))
+    t=${order[i]}; order[i]=${order[j]}; order[j]=$t
+  done
   echo "${order[*]}"
 }
 
