@@ -397,21 +397,25 @@ rc_covered_rate (const struct ra_state *ra, uint64_t now)
   return (double) (bytes - c->from_bytes) / (double) (to - c->from_ns);
 }
 
-/* Keep ra->cov after the WINDOW answer a: from afresh once the client is
- * neither covered nor let go calm, the end of the measure at its let-go.
+/* The stream's record of the WINDOW answer a: covered or not, whether
+ * the sync reads queued (COVERED), since when it has been covered or let
+ * go calm, and the measure above; all from afresh once the client is
+ * neither covered nor let go calm, the measure ended at its let-go.
  */
 void
 rc_covered_note (struct ra_state *ra, enum rc_cong_answer a, uint64_t now)
 {
   struct ra_covered_rate *c = &ra->cov;
 
-  if (a != RC_CONG_COVERED && a != RC_CONG_COVERED_CALM &&
-      a != RC_CONG_UNCOVERED_CALM) {
+  ra->covered = a == RC_CONG_COVERED || a == RC_CONG_COVERED_CALM;
+  ra->queue_seen = a == RC_CONG_COVERED;
+  if (!ra->covered && a != RC_CONG_UNCOVERED_CALM) {
+    ra->covered_since_ns = 0;
     *c = (struct ra_covered_rate) { 0 };
     return;
   }
-  if (!c->covered) {
-    c->covered = true;
+  if (ra->covered && ra->covered_since_ns == 0) {
+    ra->covered_since_ns = now;
     c->mark_bytes = ra->done_bytes;
   }
   if (c->let_go)
@@ -543,17 +547,6 @@ decide_and_submit (struct rc_trigger_env *env, struct rc_trigger *t)
   asked.covered_rate = rc_covered_rate (t->ra, asked.now_ns);
   a = env->ops->congestion (env->opaque, RC_CONG_WINDOW, &asked);
   rc_covered_note (t->ra, a, asked.now_ns);
-  if (a == RC_CONG_COVERED || a == RC_CONG_COVERED_CALM) {
-    if (t->ra->covered_since_ns == 0)
-      t->ra->covered_since_ns = asked.now_ns;
-    t->ra->covered = true;
-  }
-  else {
-    t->ra->covered = false;
-    if (a != RC_CONG_UNCOVERED_CALM)
-      t->ra->covered_since_ns = 0;
-  }
-  t->ra->queue_seen = a == RC_CONG_COVERED;
   if (t->ra->covered) {
     request_only = *p;
     request_only.ra_max = 0;

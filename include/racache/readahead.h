@@ -118,8 +118,8 @@ struct ra_near {
  * is neither covered nor let go.
  */
 struct ra_covered_rate {
-  bool covered;         /* measuring: the client is covered ... */
-  uint64_t mark_bytes;  /* ... since done_bytes was this */
+  uint64_t mark_bytes;  /* done_bytes when it was covered
+                         * (covered_since_ns) */
   uint64_t from_ns;     /* the first trigger after a read of it completed
                          * since (0: none yet) */
   uint64_t from_bytes;  /* done_bytes then */

@@ -655,12 +655,14 @@ START_TEST (test_covered_rate)
   memset (&ra, 0xff, sizeof ra);
   ra_state_init (&ra);
   ck_assert_uint_eq (ra.done_bytes, 0);
-  ck_assert (!ra.cov.covered && ra.cov.from_ns == 0 && !ra.cov.let_go);
+  ck_assert (ra.cov.mark_bytes == 0 && ra.cov.from_ns == 0 && !ra.cov.let_go);
   ck_assert (rc_covered_rate (&ra, 5 * MS) == 0);
   /* Covered at its second read, nothing completed yet: not measured. */
   rc_covered_note (&ra, RC_CONG_COVERED_CALM, 1 * MS);
   rc_covered_note (&ra, RC_CONG_COVERED_CALM, 2 * MS);
   ck_assert (rc_covered_rate (&ra, 3 * MS) == 0);
+  ck_assert (ra.covered && !ra.queue_seen);
+  ck_assert_uint_eq (ra.covered_since_ns, 1 * MS);
   /* Its first reads complete at 11 ms: 2 MiB, measured from there. */
   ra.done_bytes = 2 << 20;
   rc_covered_note (&ra, RC_CONG_COVERED_CALM, 11 * MS);
@@ -673,15 +675,19 @@ START_TEST (test_covered_rate)
    * client reads since, covered again or not.
    */
   rc_covered_note (&ra, RC_CONG_UNCOVERED_CALM, 21 * MS);
+  ck_assert (!ra.covered);
+  ck_assert_uint_eq (ra.covered_since_ns, 1 * MS);
   ra.done_bytes = 11 << 20;
   ck_assert (rc_covered_rate (&ra, 100 * MS) == (double) (8 << 20) / (10 * MS));
   rc_covered_note (&ra, RC_CONG_COVERED, 100 * MS);
+  ck_assert (ra.covered && ra.queue_seen);
   rc_covered_note (&ra, RC_CONG_UNCOVERED_CALM, 110 * MS);
   ck_assert (rc_covered_rate (&ra, 200 * MS) == (double) (8 << 20) / (10 * MS));
   /* Not covered: from afresh. */
   rc_covered_note (&ra, RC_CONG_GO, 200 * MS);
+  ck_assert (!ra.covered && ra.covered_since_ns == 0);
   ck_assert (rc_covered_rate (&ra, 300 * MS) == 0);
-  ck_assert (!ra.cov.covered && !ra.cov.let_go);
+  ck_assert (ra.cov.from_ns == 0 && !ra.cov.let_go);
   rc_covered_note (&ra, RC_CONG_COVERED, 300 * MS);
   ck_assert_uint_eq (ra.cov.mark_bytes, 11 << 20);
   /* No clock: never measured. */
