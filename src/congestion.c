@@ -293,7 +293,7 @@ rc_cong_decide (const struct rc_cong *e, enum rc_cong_question q,
         from = l->covered_since_ns;
       return l->now_ns > from && l->now_ns - from >= CALM_BASES * base &&
         (l->client_bytes < CALM_BDPS * bdp || l->client_bytes < two_io_max) &&
-        (l->covered_rate == 0 ||
+        (l->let_go || l->covered_rate == 0 ||
          l->covered_rate * (double) base
          >= CALM_LITTLE * (double) l->client_bytes)
         ? RC_CONG_UNCOVERED_CALM : RC_CONG_COVERED_CALM;

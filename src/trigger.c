@@ -400,7 +400,11 @@ rc_covered_rate (const struct ra_state *ra, uint64_t now)
 /* The stream's record of the WINDOW answer a: covered or not, whether
  * the sync reads queued (COVERED), since when it has been covered or let
  * go calm, and the measure above; all from afresh once the client is
- * neither covered nor let go calm, the measure ended at its let-go.
+ * neither covered nor let go calm, unless it was let go before: then the
+ * record stays through GO answers (a let-go client whose reads in
+ * progress fall for a moment under what covers it would otherwise be
+ * covered again for another 8 base latencies; include/racache/
+ * congestion.h, RC_CONG_WINDOW), the measure ended at its let-go.
  */
 void
 rc_covered_note (struct ra_state *ra, enum rc_cong_answer a, uint64_t now)
@@ -409,7 +413,7 @@ rc_covered_note (struct ra_state *ra, enum rc_cong_answer a, uint64_t now)
 
   ra->covered = a == RC_CONG_COVERED || a == RC_CONG_COVERED_CALM;
   ra->queue_seen = a == RC_CONG_COVERED;
-  if (!ra->covered && a != RC_CONG_UNCOVERED_CALM) {
+  if (!ra->covered && a != RC_CONG_UNCOVERED_CALM && !c->let_go) {
     ra->covered_since_ns = 0;
     *c = (struct ra_covered_rate) { 0 };
     return;
@@ -545,6 +549,7 @@ decide_and_submit (struct rc_trigger_env *env, struct rc_trigger *t)
 
   t->io = p->io_max;
   asked.covered_rate = rc_covered_rate (t->ra, asked.now_ns);
+  asked.let_go = t->ra->cov.let_go;
   a = env->ops->congestion (env->opaque, RC_CONG_WINDOW, &asked);
   rc_covered_note (t->ra, a, asked.now_ns);
   if (t->ra->covered) {

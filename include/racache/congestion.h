@@ -93,7 +93,15 @@
  *    reads ahead as GO and goes on doing so while the calm lasts (the
  *    caller keeps covered_since_ns, and the rate measured up to the
  *    let-go; a client let go for one window only, then covered again,
- *    was trapped in 1 run of 12).
+ *    was trapped in 1 run of 12).  So the caller keeps them through a
+ *    GO answer too once the client was let go (let_go), and the rate's
+ *    verdict at the let-go stands, whatever base latency is measured
+ *    since: qemu-img bench 1M at depth 2 behind 20 ms at 1 Gbit/s was
+ *    GO for a moment (its reads in progress under half the BDP), then
+ *    covered again for 8 base latencies, or failed the rate test with
+ *    the lower base latency measured since its let-go, and covered
+ *    for the rest of the job (0.60 of its depth in 20.5 ms, 0.77 in
+ *    the 25.8 ms measured before), in 5 runs of 17.
  *    Why: a client covered before anything read ahead keeps only its
  *    own reads in flight, so the BDP measured is its own depth, which it
  *    then covers for good (4 reads of 256 KiB behind 20 ms at 1 Gbit/s,
@@ -249,6 +257,10 @@ struct rc_cong_load {
                                  * while covered, up to its let-go
                                  * (src/trigger.c, rc_covered_rate; 0:
                                  * not measured) */
+  bool let_go;                  /* WINDOW: the client was let go calm
+                                 * since it was last neither covered nor
+                                 * let go (struct ra_covered_rate's
+                                 * let_go): the rate passed then */
   bool yielding;                /* BESIDE: the window yields to a random
                                  * reader (src/trigger.c, yielding) */
 };

@@ -115,7 +115,8 @@ struct ra_near {
 
 /* What a covered client reads in a ns (src/trigger.c, rc_covered_rate),
  * measured while it is covered, up to its let-go calm; all zero while it
- * is neither covered nor let go.
+ * is neither covered nor let go, and never was let go (a let-go client's
+ * is kept for the life of the stream: rc_covered_note).
  */
 struct ra_covered_rate {
   uint64_t mark_bytes;  /* done_bytes when it was covered

@@ -550,6 +550,16 @@ START_TEST (test_covered_calm)
   l.covered_rate = 0.74 * (double) (1 << 20) / (double) (20 * MS);
   ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l),
                     RC_CONG_COVERED_CALM);
+  /* A client let go before passed the test then, with the rate measured
+   * up to its let-go: the verdict stands, though the base latency
+   * measured since may be lower (1M depth 2 behind 20 ms at 1 Gbit/s:
+   * 0.77 of its depth in a base latency of 25.8 ms, 0.60 in one of 20.5,
+   * and covered again for the rest of the job).
+   */
+  l.let_go = true;
+  ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l),
+                    RC_CONG_UNCOVERED_CALM);
+  l.let_go = false;
   l.covered_rate = 0.76 * (double) (1 << 20) / (double) (20 * MS);
   ck_assert_int_eq (rc_cong_decide (&e, RC_CONG_WINDOW, &l),
                     RC_CONG_UNCOVERED_CALM);
@@ -683,13 +693,33 @@ START_TEST (test_covered_rate)
   ck_assert (ra.covered && ra.queue_seen);
   rc_covered_note (&ra, RC_CONG_UNCOVERED_CALM, 110 * MS);
   ck_assert (rc_covered_rate (&ra, 200 * MS) == (double) (8 << 20) / (10 * MS));
-  /* Not covered: from afresh. */
+  /* Not covered (GO) once let go: the record stays, so that covered
+   * again the client is let go again while the calm lasts, not covered
+   * for another 8 base latencies (1M depth 4 behind 50 ms at 1 Gbit/s:
+   * let go at 480 ms, GO at 667 ms when its reads in progress fell under
+   * half the BDP, covered again until 1.1 s).
+   */
   rc_covered_note (&ra, RC_CONG_GO, 200 * MS);
+  ck_assert (!ra.covered && !ra.queue_seen);
+  ck_assert_uint_eq (ra.covered_since_ns, 1 * MS);
+  ck_assert (ra.cov.let_go);
+  ck_assert (rc_covered_rate (&ra, 300 * MS) == (double) (8 << 20) / (10 * MS));
+  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 300 * MS);
+  ck_assert (ra.covered);
+  ck_assert_uint_eq (ra.covered_since_ns, 1 * MS);
+  /* Not covered, never let go: from afresh. */
+  ra_state_init (&ra);
+  ra.done_bytes = 11 << 20;
+  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 200 * MS);
+  ra.done_bytes = 12 << 20;
+  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 210 * MS);
+  ck_assert (ra.cov.from_ns == 210 * MS);
+  rc_covered_note (&ra, RC_CONG_GO, 220 * MS);
   ck_assert (!ra.covered && ra.covered_since_ns == 0);
   ck_assert (rc_covered_rate (&ra, 300 * MS) == 0);
   ck_assert (ra.cov.from_ns == 0 && !ra.cov.let_go);
   rc_covered_note (&ra, RC_CONG_COVERED, 300 * MS);
-  ck_assert_uint_eq (ra.cov.mark_bytes, 11 << 20);
+  ck_assert_uint_eq (ra.cov.mark_bytes, 12 << 20);
   /* No clock: never measured. */
   ra.done_bytes = 12 << 20;
   rc_covered_note (&ra, RC_CONG_COVERED, 0);
