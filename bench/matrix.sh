@@ -22,6 +22,11 @@
 #                  flight, less than a link's BDP (not in the defaults:
 #                  bench/RESULTS.md, "Covered clients", "A probe
 #                  of the BDP" and "Covered but calm")
+#   bench1m2       qemu-img bench -s 1M -d 2, sequential: a client two
+#                  reads deep, covered at once (2 MiB in flight) but
+#                  short of a link's BDP, which only the calm let-go
+#                  serves (not in the defaults: bench/RESULTS.md, "A
+#                  let-go client stays let go")
 #   fio4           fio (nbd engine), 4 jobs each reading its own quarter
 #                  of the first quarter of the image sequentially in
 #                  128 KiB reads, depth 1
@@ -121,7 +126,7 @@ for c in $CONFIGS; do
 done
 for t in $TOOLS; do
   case "$t" in
-    convert-raw|convert-qcow2|nbdcopy|bench64k|bench1m|bench256k4|fio4) ;;
+    convert-raw|convert-qcow2|nbdcopy|bench64k|bench1m|bench1m2|bench256k4|fio4) ;;
     *) bench_die "unknown tool $t" ;;
   esac
 done
@@ -230,6 +235,8 @@ client ()
       bench_qemu_img "$uri" 65536 $((bytes / 65536)) 1 ;;
     bench1m)
       bench_qemu_img "$uri" 1048576 $((bytes / 1048576)) 1 ;;
+    bench1m2)
+      bench_qemu_img "$uri" 1048576 $((bytes / 1048576)) 2 ;;
     bench256k4)
       bench_qemu_img "$uri" 262144 $((bytes / 262144)) 4 ;;
     fio4)
