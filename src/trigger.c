@@ -375,36 +375,44 @@ inputs (struct rc_trigger_env *env, const struct rc_trigger *t,
  * wait on the distance alone reads its depth in a base latency; one that
  * reads much less is bound by something windows do not move.  Measured
  * from the first trigger after one of its reads completed once it was
- * covered (the wait for its first reads does not count) to now, or to
- * its let-go: measured on, a client let go whose rate then fell would be
- * covered again at the next trigger, let go and covered in turn.  The
- * mean over that time, idle gaps included, against the most the client
- * kept in flight lately: both err towards keeping a client covered.
- * 0: not measured (no read completed, no clock); a client that read
- * nothing since gets the smallest positive rate.
+ * covered (the wait for its first reads does not count) to now; not asked
+ * once the client was let go (its verdict then stands: rc_cong_load's
+ * let_go).  The mean over that time, idle gaps included, against the
+ * most the client kept in flight lately: both err towards keeping a
+ * client covered.  0: not measured (no read completed, no clock); a
+ * client that read nothing since gets the smallest positive rate.
  */
 double
 rc_covered_rate (const struct ra_state *ra, uint64_t now)
 {
   const struct ra_covered_rate *c = &ra->cov;
-  uint64_t to = c->let_go ? c->to_ns : now;
-  uint64_t bytes = c->let_go ? c->to_bytes : ra->done_bytes;
 
-  if (c->from_ns == 0 || to <= c->from_ns)
+  if (c->from_ns == 0 || now <= c->from_ns)
     return 0;
-  if (bytes == c->from_bytes)
+  if (ra->done_bytes == c->from_bytes)
     return DBL_MIN;
-  return (double) (bytes - c->from_bytes) / (double) (to - c->from_ns);
+  return (double) (ra->done_bytes - c->from_bytes)
+    / (double) (now - c->from_ns);
 }
+
+/* How long a let-go client's record outlasts GO answers: a client whose
+ * reads in progress fall for a moment under what covers it is the same
+ * client (1M at depth 4 behind 50 ms at 1 Gbit/s: one GO, then covered
+ * again at its next trigger); one that read shallow for as long as
+ * what it kept lately takes to halve (RC_CONG_LATELY_HALF_NS) is not.
+ */
+#define LET_GO_KEPT_NS RC_CONG_LATELY_HALF_NS
 
 /* The stream's record of the WINDOW answer a: covered or not, whether
  * the sync reads queued (COVERED), since when it has been covered or let
  * go calm, and the measure above; all from afresh once the client is
- * neither covered nor let go calm, unless it was let go before: then the
- * record stays through GO answers (a let-go client whose reads in
- * progress fall for a moment under what covers it would otherwise be
- * covered again for another 8 base latencies; include/racache/
- * congestion.h, RC_CONG_WINDOW), the measure ended at its let-go.
+ * neither covered nor let go calm.  A client let go stays so while the
+ * calm lasts (include/racache/congestion.h, RC_CONG_WINDOW): its record
+ * stands through answers that cover it calm and through GO answers for
+ * less than LET_GO_KEPT_NS, so that covered again it is let go again
+ * at once, not covered for another 8 base latencies; it starts afresh
+ * once the sync reads queue while it is covered (COVERED: the calm
+ * ended), or after GO answers for LET_GO_KEPT_NS.
  */
 void
 rc_covered_note (struct ra_state *ra, enum rc_cong_answer a, uint64_t now)
@@ -413,7 +421,18 @@ rc_covered_note (struct ra_state *ra, enum rc_cong_answer a, uint64_t now)
 
   ra->covered = a == RC_CONG_COVERED || a == RC_CONG_COVERED_CALM;
   ra->queue_seen = a == RC_CONG_COVERED;
-  if (!ra->covered && a != RC_CONG_UNCOVERED_CALM && !c->let_go) {
+  if (c->let_go) {
+    if (a != RC_CONG_GO)
+      c->go_since_ns = 0;
+    else if (c->go_since_ns == 0)
+      c->go_since_ns = now;
+    if (a != RC_CONG_COVERED &&
+        (a != RC_CONG_GO || now - c->go_since_ns < LET_GO_KEPT_NS))
+      return;
+    ra->covered_since_ns = 0;
+    *c = (struct ra_covered_rate) { 0 };
+  }
+  if (!ra->covered && a != RC_CONG_UNCOVERED_CALM) {
     ra->covered_since_ns = 0;
     *c = (struct ra_covered_rate) { 0 };
     return;
@@ -422,19 +441,12 @@ rc_covered_note (struct ra_state *ra, enum rc_cong_answer a, uint64_t now)
     ra->covered_since_ns = now;
     c->mark_bytes = ra->done_bytes;
   }
-  if (c->let_go)
-    return;
   if (c->from_ns == 0 && now != 0 && ra->done_bytes > c->mark_bytes) {
     c->from_ns = now;
     c->from_bytes = ra->done_bytes;
   }
-  if (a == RC_CONG_UNCOVERED_CALM) {
+  if (a == RC_CONG_UNCOVERED_CALM)
     c->let_go = true;
-    if (c->from_ns != 0) {
-      c->to_ns = now;
-      c->to_bytes = ra->done_bytes;
-    }
-  }
 }
 
 /* ---- read around ------------------------------------------------------ */

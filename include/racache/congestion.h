@@ -93,15 +93,19 @@
  *    reads ahead as GO and goes on doing so while the calm lasts (the
  *    caller keeps covered_since_ns, and the rate measured up to the
  *    let-go; a client let go for one window only, then covered again,
- *    was trapped in 1 run of 12).  So the caller keeps them through a
- *    GO answer too once the client was let go (let_go), and the rate's
- *    verdict at the let-go stands, whatever base latency is measured
- *    since: qemu-img bench 1M at depth 2 behind 20 ms at 1 Gbit/s was
- *    GO for a moment (its reads in progress under half the BDP), then
- *    covered again for 8 base latencies, or failed the rate test with
- *    the lower base latency measured since its let-go, and covered
- *    for the rest of the job (0.60 of its depth in 20.5 ms, 0.77 in
- *    the 25.8 ms measured before), in 5 runs of 17.
+ *    was trapped in 1 run of 12).  So once the client was let go
+ *    (let_go), the caller keeps them through answers that cover it
+ *    calm and through GO answers for less than RC_CONG_LATELY_HALF_NS,
+ *    and starts afresh once the sync reads queue while it is covered
+ *    (COVERED: the calm ended) or after GO answers for that long; and
+ *    the rate's verdict at the let-go stands, whatever base latency is
+ *    measured since.  Without them, in 5 runs of 17, qemu-img bench 1M
+ *    at depth 2 behind 20 ms at 1 Gbit/s failed the rate test against
+ *    the lower base latency measured after its let-go (0.60 of its
+ *    depth in 20.5 ms, 0.77 in the 25.8 ms before) and was covered for
+ *    the rest of the job, at no filter's speed; at depth 4 behind 50 ms
+ *    a GO answer (its reads in progress under half the BDP) cleared
+ *    the record, and it was covered again for 8 base latencies.
  *    Why: a client covered before anything read ahead keeps only its
  *    own reads in flight, so the BDP measured is its own depth, which it
  *    then covers for good (4 reads of 256 KiB behind 20 ms at 1 Gbit/s,
@@ -251,16 +255,17 @@ struct rc_cong_load {
                                  * caller keeps it: RC_CONG_COVERED) */
   uint64_t covered_since_ns;    /* WINDOW: since when it has been covered
                                  * or let go calm (0: neither, or no
-                                 * clock) */
+                                 * clock; a let-go client's stands while
+                                 * the calm lasts) */
   uint64_t now_ns;              /* WINDOW: the clock (rc_now_ns; 0: none) */
   double covered_rate;          /* WINDOW: the bytes a ns the client read
                                  * while covered, up to its let-go
                                  * (src/trigger.c, rc_covered_rate; 0:
                                  * not measured) */
   bool let_go;                  /* WINDOW: the client was let go calm
-                                 * since it was last neither covered nor
-                                 * let go (struct ra_covered_rate's
-                                 * let_go): the rate passed then */
+                                 * and its record stands (struct
+                                 * ra_covered_rate's let_go): the rate
+                                 * passed then */
   bool yielding;                /* BESIDE: the window yields to a random
                                  * reader (src/trigger.c, yielding) */
 };

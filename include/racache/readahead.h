@@ -114,9 +114,10 @@ struct ra_near {
 };
 
 /* What a covered client reads in a ns (src/trigger.c, rc_covered_rate),
- * measured while it is covered, up to its let-go calm; all zero while it
- * is neither covered nor let go, and never was let go (a let-go client's
- * is kept for the life of the stream: rc_covered_note).
+ * measured while it is covered (not asked once it was let go), and
+ * whether it was let go calm; all zero while it is neither covered nor
+ * let go (a let-go client's record stands while the calm lasts:
+ * rc_covered_note).
  */
 struct ra_covered_rate {
   uint64_t mark_bytes;  /* done_bytes when it was covered
@@ -124,9 +125,8 @@ struct ra_covered_rate {
   uint64_t from_ns;     /* the first trigger after a read of it completed
                          * since (0: none yet) */
   uint64_t from_bytes;  /* done_bytes then */
-  bool let_go;          /* let go calm since: the rate measured ... */
-  uint64_t to_ns;       /* ... up to then (0: not measured) */
-  uint64_t to_bytes;    /* done_bytes then */
+  bool let_go;          /* let go calm since */
+  uint64_t go_since_ns; /* let go, GO answers since (0: not GO) */
 };
 
 /* Stream state: one per NBD connection (the kernel keeps one per open

@@ -654,9 +654,10 @@ START_TEST (test_covered_calm)
 }
 END_TEST
 
-/* The calm let-go's measure (src/trigger.c, rc_covered_rate): from the
- * first trigger after a read completed once the client is covered, up
- * to its let-go calm, then kept; from afresh once it is neither.
+/* The calm let-go's measure and record (src/trigger.c, rc_covered_rate,
+ * rc_covered_note): from the first trigger after a read completed once
+ * the client is covered; a let-go client's record stands while the calm
+ * lasts; from afresh once it is neither covered nor let go.
  */
 START_TEST (test_covered_rate)
 {
@@ -681,32 +682,51 @@ START_TEST (test_covered_rate)
   ck_assert (rc_covered_rate (&ra, 21 * MS) < 1e-6);
   ra.done_bytes = 10 << 20;
   ck_assert (rc_covered_rate (&ra, 21 * MS) == (double) (8 << 20) / (10 * MS));
-  /* Let go at 21 ms: the measure ends there and stays so, whatever the
-   * client reads since, covered again or not.
+  /* Let go at 21 ms: the record stands while the calm lasts (the WINDOW
+   * question asks no rate of a let-go client: rc_cong_load's let_go),
+   * covered calm again ...
    */
   rc_covered_note (&ra, RC_CONG_UNCOVERED_CALM, 21 * MS);
-  ck_assert (!ra.covered);
+  ck_assert (!ra.covered && ra.cov.let_go);
   ck_assert_uint_eq (ra.covered_since_ns, 1 * MS);
   ra.done_bytes = 11 << 20;
-  ck_assert (rc_covered_rate (&ra, 100 * MS) == (double) (8 << 20) / (10 * MS));
-  rc_covered_note (&ra, RC_CONG_COVERED, 100 * MS);
-  ck_assert (ra.covered && ra.queue_seen);
-  rc_covered_note (&ra, RC_CONG_UNCOVERED_CALM, 110 * MS);
-  ck_assert (rc_covered_rate (&ra, 200 * MS) == (double) (8 << 20) / (10 * MS));
-  /* Not covered (GO) once let go: the record stays, so that covered
-   * again the client is let go again while the calm lasts, not covered
-   * for another 8 base latencies (1M depth 4 behind 50 ms at 1 Gbit/s:
-   * let go at 480 ms, GO at 667 ms when its reads in progress fell under
-   * half the BDP, covered again until 1.1 s).
+  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 100 * MS);
+  ck_assert (ra.covered && !ra.queue_seen && ra.cov.let_go);
+  ck_assert_uint_eq (ra.covered_since_ns, 1 * MS);
+  /* ... or GO for less than RC_CONG_LATELY_HALF_NS (1M depth 4 behind
+   * 50 ms at 1 Gbit/s: let go at 467 ms, GO at 667 ms when its reads in
+   * progress fell under half the BDP, then covered again for 8 base
+   * latencies).
    */
   rc_covered_note (&ra, RC_CONG_GO, 200 * MS);
-  ck_assert (!ra.covered && !ra.queue_seen);
+  ck_assert (!ra.covered && !ra.queue_seen && ra.cov.let_go);
   ck_assert_uint_eq (ra.covered_since_ns, 1 * MS);
+  ck_assert_uint_eq (ra.cov.from_ns, 11 * MS);
+  rc_covered_note (&ra, RC_CONG_GO, 200 * MS + RC_CONG_LATELY_HALF_NS - 1);
   ck_assert (ra.cov.let_go);
-  ck_assert (rc_covered_rate (&ra, 300 * MS) == (double) (8 << 20) / (10 * MS));
-  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 300 * MS);
-  ck_assert (ra.covered);
-  ck_assert_uint_eq (ra.covered_since_ns, 1 * MS);
+  rc_covered_note (&ra, RC_CONG_UNCOVERED_CALM, 1300 * MS);
+  ck_assert (ra.cov.let_go && ra.cov.go_since_ns == 0);
+  /* GO for RC_CONG_LATELY_HALF_NS: from afresh. */
+  rc_covered_note (&ra, RC_CONG_GO, 1400 * MS);
+  ck_assert (ra.cov.let_go);
+  rc_covered_note (&ra, RC_CONG_GO, 1400 * MS + RC_CONG_LATELY_HALF_NS);
+  ck_assert (!ra.cov.let_go && ra.covered_since_ns == 0);
+  ck_assert (ra.cov.from_ns == 0 && ra.cov.go_since_ns == 0);
+  ck_assert (rc_covered_rate (&ra, 3000 * MS) == 0);
+  /* Let go again, then the sync reads queue while it is covered: the
+   * calm ended, covered from afresh.
+   */
+  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 2500 * MS);
+  ck_assert_uint_eq (ra.covered_since_ns, 2500 * MS);
+  ra.done_bytes = 12 << 20;
+  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 2510 * MS);
+  rc_covered_note (&ra, RC_CONG_UNCOVERED_CALM, 2700 * MS);
+  ck_assert (ra.cov.let_go);
+  rc_covered_note (&ra, RC_CONG_COVERED, 2800 * MS);
+  ck_assert (ra.covered && ra.queue_seen && !ra.cov.let_go);
+  ck_assert_uint_eq (ra.covered_since_ns, 2800 * MS);
+  ck_assert_uint_eq (ra.cov.mark_bytes, 12 << 20);
+  ck_assert (ra.cov.from_ns == 0);
   /* Not covered, never let go: from afresh. */
   ra_state_init (&ra);
   ra.done_bytes = 11 << 20;
@@ -721,7 +741,6 @@ START_TEST (test_covered_rate)
   rc_covered_note (&ra, RC_CONG_COVERED, 300 * MS);
   ck_assert_uint_eq (ra.cov.mark_bytes, 12 << 20);
   /* No clock: never measured. */
-  ra.done_bytes = 12 << 20;
   rc_covered_note (&ra, RC_CONG_COVERED, 0);
   ck_assert (rc_covered_rate (&ra, 0) == 0);
 }

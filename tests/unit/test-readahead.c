@@ -61,6 +61,9 @@ struct sim {
   bool around;
   unsigned arounds, depth;
   uint64_t depth_bytes;         /* ... and their bytes */
+  /* What the last WINDOW question asked (windows: how many were asked). */
+  struct rc_cong_load window;
+  unsigned windows;
   /* The last submit. */
   struct rc_batch b[SIM_MAX_BATCHES];
   unsigned nb;
@@ -219,7 +222,10 @@ sim_congestion (void *opaque, enum rc_cong_question q,
   struct sim *s = opaque;
   struct rc_cong_load load = { .executing = s->inflight };
 
-  (void) asked;
+  if (q == RC_CONG_WINDOW) {
+    s->window = *asked;
+    s->windows++;
+  }
   return q == RC_CONG_KEEP ? rc_cong_decide (&s->cong, q, &load)
     : RC_CONG_GO;
 }
@@ -1743,6 +1749,29 @@ START_TEST (test_ra_off)
 }
 END_TEST
 
+/* The WINDOW question carries the stream's record of the calm let-go
+ * (src/trigger.c, decide_and_submit): whether it was let go, since when
+ * it has been covered, and, while not let go, its rate.
+ */
+START_TEST (test_window_asks_let_go)
+{
+  struct sim *s = sim_std ();
+  struct ra_window w;
+
+  sim_trigger (s, 0, false, 4, &w);
+  ck_assert_uint_eq (s->windows, 1);
+  ck_assert (!s->window.let_go && !s->window.covered);
+  ck_assert_uint_eq (s->window.covered_since_ns, 0);
+  s->ra.covered_since_ns = 7;
+  s->ra.cov.let_go = true;
+  sim_trigger (s, 100, false, 4, &w);
+  ck_assert_uint_eq (s->windows, 2);
+  ck_assert (s->window.let_go);
+  ck_assert_uint_eq (s->window.covered_since_ns, 7);
+  free (s);
+}
+END_TEST
+
 /* Correction 3: a sync miss at the marker page when it was evicted.
  * After A (0, 8, 4, 4) page 4 (the marker page) is evicted; the read of
  * 4..7 misses at 4 = 0+8-4 -> B, sync: the window starts at 4 (Linux
@@ -1804,6 +1833,7 @@ readahead_suite (void)
   tcase_add_loop_test (tc, test_worked_example, 0,
                        sizeof we_shifts / sizeof we_shifts[0]);
   tcase_add_test (tc, test_G_then_E);
+  tcase_add_test (tc, test_window_asks_let_go);
   tcase_add_test (tc, test_miss_partway_prev_pos);
   tcase_add_test (tc, test_interleaved_C);
   suite_add_tcase (s, tc);
