@@ -421,21 +421,21 @@ rc_covered_note (struct ra_state *ra, enum rc_cong_answer a, uint64_t now)
 
   ra->covered = a == RC_CONG_COVERED || a == RC_CONG_COVERED_CALM;
   ra->queue_seen = a == RC_CONG_COVERED;
-  if (c->let_go) {
-    if (a != RC_CONG_GO)
+  if (c->let_go && a != RC_CONG_COVERED) {
+    if (a != RC_CONG_GO) {
       c->go_since_ns = 0;
-    else if (c->go_since_ns == 0)
-      c->go_since_ns = now;
-    if (a != RC_CONG_COVERED &&
-        (a != RC_CONG_GO || now - c->go_since_ns < LET_GO_KEPT_NS))
       return;
-    ra->covered_since_ns = 0;
-    *c = (struct ra_covered_rate) { 0 };
+    }
+    if (c->go_since_ns == 0)
+      c->go_since_ns = now;
+    if (now - c->go_since_ns < LET_GO_KEPT_NS)
+      return;
   }
-  if (!ra->covered && a != RC_CONG_UNCOVERED_CALM) {
+  if (c->let_go || (!ra->covered && a != RC_CONG_UNCOVERED_CALM)) {
     ra->covered_since_ns = 0;
     *c = (struct ra_covered_rate) { 0 };
-    return;
+    if (!ra->covered)
+      return;
   }
   if (ra->covered && ra->covered_since_ns == 0) {
     ra->covered_since_ns = now;
