@@ -37,7 +37,8 @@
  */
 #define CALM_BDPS 2
 /* ... nor one that read less than this share of its depth in a base
- * latency while covered, judged until its let-go (let_go: then the
+ * latency while covered (lately: over its last eight to sixteen depths,
+ * src/trigger.c), judged until its let-go (let_go: then the
  * verdict stands while its record does; the header, RC_CONG_WINDOW).
  */
 #define CALM_LITTLE 0.75

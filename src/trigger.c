@@ -375,12 +375,15 @@ inputs (struct rc_trigger_env *env, const struct rc_trigger *t,
  * wait on the distance alone reads its depth in a base latency; one that
  * reads much less is bound by something windows do not move.  Measured
  * from the first trigger after one of its reads completed once it was
- * covered (the wait for its first reads does not count) to now; not asked
- * once the client was let go (its verdict then stands: rc_cong_load's
- * let_go).  The mean over that time, idle gaps included, against the
- * most the client kept in flight lately: both err towards keeping a
- * client covered.  0: not measured (no read completed, no clock); a
- * client that read nothing since gets the smallest positive rate.
+ * covered (the wait for its first reads does not count) to now, over
+ * the last one to two segments of RATE_SEGMENT_DEPTHS times its depth
+ * (rc_covered_note: the start of the older one moves on when a segment
+ * ends, so a slow start ages out); not asked once the client was let go
+ * (its verdict then stands: rc_cong_load's let_go).  The mean over that
+ * time, idle gaps included, against the most the client kept in flight
+ * lately: both err towards keeping a client covered.  0: not measured
+ * (no read completed, no clock); a client that read nothing since gets
+ * the smallest positive rate.
  */
 double
 rc_covered_rate (const struct ra_state *ra, uint64_t now)
@@ -403,6 +406,22 @@ rc_covered_rate (const struct ra_state *ra, uint64_t now)
  */
 #define LET_GO_KEPT_NS RC_CONG_LATELY_HALF_NS
 
+/* A segment of the measure ends once the client completed this many
+ * times the bytes it keeps in flight since the segment began: eight
+ * depths are eight base latencies of a client the distance bounds, as
+ * the calm is (CALM_BASES in src/congestion.c), more of one bound by
+ * anything else.  Over the whole time covered, the first reads of a
+ * fresh server held a latency-bound client covered: qemu-img bench 1M at
+ * depth 2 behind 10 ms read its first 20M at 22-28 ms a pair of reads
+ * where the base latency was 11 ms, and the mean since reached three
+ * quarters of its depth a base latency only after 900 ms.  With four
+ * depths, qemu-img convert behind 10 ms (16M deep, bound by the CPU)
+ * passed the test in 1 run of 3, for one segment, and was let go until
+ * its sync reads queued (bench/RESULTS.md, "The covered rate over the
+ * last segments").
+ */
+#define RATE_SEGMENT_DEPTHS 8
+
 /* The stream's record of the WINDOW answer a: covered or not, whether
  * the sync reads queued (COVERED), since when it has been covered or let
  * go calm, and the measure above; all from afresh once the client is
@@ -415,7 +434,8 @@ rc_covered_rate (const struct ra_state *ra, uint64_t now)
  * ended), or after GO answers for LET_GO_KEPT_NS.
  */
 void
-rc_covered_note (struct ra_state *ra, enum rc_cong_answer a, uint64_t now)
+rc_covered_note (struct ra_state *ra, enum rc_cong_answer a, uint64_t now,
+                 uint64_t depth_bytes)
 {
   struct ra_covered_rate *c = &ra->cov;
 
@@ -442,8 +462,16 @@ rc_covered_note (struct ra_state *ra, enum rc_cong_answer a, uint64_t now)
     c->mark_bytes = ra->done_bytes;
   }
   if (c->from_ns == 0 && now != 0 && ra->done_bytes > c->mark_bytes) {
-    c->from_ns = now;
-    c->from_bytes = ra->done_bytes;
+    c->from_ns = c->seg_ns = now;
+    c->from_bytes = c->seg_bytes = ra->done_bytes;
+  }
+  else if (c->from_ns != 0 && depth_bytes > 0 && now > c->seg_ns &&
+           ra->done_bytes - c->seg_bytes
+           >= RATE_SEGMENT_DEPTHS * depth_bytes) {
+    c->from_ns = c->seg_ns;
+    c->from_bytes = c->seg_bytes;
+    c->seg_ns = now;
+    c->seg_bytes = ra->done_bytes;
   }
   if (a == RC_CONG_UNCOVERED_CALM)
     c->let_go = true;
@@ -563,7 +591,7 @@ decide_and_submit (struct rc_trigger_env *env, struct rc_trigger *t)
   asked.covered_rate = rc_covered_rate (t->ra, asked.now_ns);
   asked.let_go = t->ra->cov.let_go;
   a = env->ops->congestion (env->opaque, RC_CONG_WINDOW, &asked);
-  rc_covered_note (t->ra, a, asked.now_ns);
+  rc_covered_note (t->ra, a, asked.now_ns, asked.client_bytes);
   if (t->ra->covered) {
     request_only = *p;
     request_only.ra_max = 0;

@@ -89,7 +89,9 @@
  *    a qcow2 image's tables one at a time, does not count), unless it
  *    keeps at least two BDPs and twice window_bytes in flight, or read
  *    less than three quarters of client_bytes in a base latency while
- *    covered (covered_rate, when measured): then UNCOVERED_CALM, which
+ *    covered (covered_rate, when measured: over the client's last eight
+ *    to sixteen depths, so that a slow start ages out): then
+ *    UNCOVERED_CALM, which
  *    reads ahead as GO and goes on doing so while the calm lasts (the
  *    caller keeps covered_since_ns, and the rate measured up to the
  *    let-go; a client let go for one window only, then covered again,
@@ -259,8 +261,9 @@ struct rc_cong_load {
                                  * the calm lasts) */
   uint64_t now_ns;              /* WINDOW: the clock (rc_now_ns; 0: none) */
   double covered_rate;          /* WINDOW: the bytes a ns the client read
-                                 * while covered, up to its let-go
-                                 * (src/trigger.c, rc_covered_rate; 0:
+                                 * while covered, over its last
+                                 * segments (src/trigger.c,
+                                 * rc_covered_rate; 0:
                                  * not measured) */
   bool let_go;                  /* WINDOW: the client was let go calm
                                  * and its record stands (struct

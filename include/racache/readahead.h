@@ -123,8 +123,12 @@ struct ra_covered_rate {
   uint64_t mark_bytes;  /* done_bytes when it was covered
                          * (covered_since_ns) */
   uint64_t from_ns;     /* the first trigger after a read of it completed
-                         * since (0: none yet) */
-  uint64_t from_bytes;  /* done_bytes then */
+                         * since (0: none yet), or the start of the
+                         * older of the measure's last two segments */
+  uint64_t from_bytes;  /* done_bytes then; both move on to the
+                         * segment's start when a segment ends */
+  uint64_t seg_ns;      /* the start of the newest segment of the measure */
+  uint64_t seg_bytes;   /* done_bytes then */
   bool let_go;          /* let go calm since */
   uint64_t go_since_ns; /* let go, GO answers since (0: not GO) */
 };

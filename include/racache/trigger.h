@@ -229,13 +229,15 @@ bool rc_trigger_late (struct rc_trigger_env *env, struct rc_trigger *t,
 
 /* The calm let-go's measure of a covered client (ra->done_bytes: the
  * bytes it has read; ra->cov), under the lock of rc_trigger: what it
- * read in a ns while covered (0: not measured; not asked once it was
- * let go); and the stream's record of a WINDOW answer (ra->covered,
- * queue_seen, covered_since_ns, the measure and the let-go;
- * src/trigger.c says how).
+ * read in a ns while covered, over its last segments (0: not measured;
+ * not asked once it was let go); and the stream's record of a WINDOW
+ * answer (ra->covered, queue_seen, covered_since_ns, the measure and
+ * the let-go; src/trigger.c says how); depth_bytes: what the client
+ * keeps in flight (rc_cong_load's client_bytes), which sizes the
+ * measure's segments.
  */
 double rc_covered_rate (const struct ra_state *ra, uint64_t now);
 void rc_covered_note (struct ra_state *ra, enum rc_cong_answer a,
-                      uint64_t now);
+                      uint64_t now, uint64_t depth_bytes);
 
 #endif /* RACACHE_TRIGGER_H */

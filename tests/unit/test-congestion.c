@@ -656,11 +656,13 @@ END_TEST
 
 /* The calm let-go's measure and record (src/trigger.c, rc_covered_rate,
  * rc_covered_note): from the first trigger after a read completed once
- * the client is covered; a let-go client's record stands while the calm
- * lasts; from afresh once it is neither covered nor let go.
+ * the client is covered, over its last one to two segments; a let-go
+ * client's record stands while the calm lasts; from afresh once it is
+ * neither covered nor let go.  D: the client keeps 2 MiB in flight.
  */
 START_TEST (test_covered_rate)
 {
+  const uint64_t D = 2 << 20;
   struct ra_state ra;
 
   memset (&ra, 0xff, sizeof ra);
@@ -669,14 +671,14 @@ START_TEST (test_covered_rate)
   ck_assert (ra.cov.mark_bytes == 0 && ra.cov.from_ns == 0 && !ra.cov.let_go);
   ck_assert (rc_covered_rate (&ra, 5 * MS) == 0);
   /* Covered at its second read, nothing completed yet: not measured. */
-  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 1 * MS);
-  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 2 * MS);
+  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 1 * MS, D);
+  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 2 * MS, D);
   ck_assert (rc_covered_rate (&ra, 3 * MS) == 0);
   ck_assert (ra.covered && !ra.queue_seen);
   ck_assert_uint_eq (ra.covered_since_ns, 1 * MS);
   /* Its first reads complete at 11 ms: 2 MiB, measured from there. */
   ra.done_bytes = 2 << 20;
-  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 11 * MS);
+  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 11 * MS, D);
   ck_assert (rc_covered_rate (&ra, 11 * MS) == 0);
   ck_assert (rc_covered_rate (&ra, 21 * MS) > 0);     /* nothing read since */
   ck_assert (rc_covered_rate (&ra, 21 * MS) < 1e-6);
@@ -686,11 +688,11 @@ START_TEST (test_covered_rate)
    * question asks no rate of a let-go client: rc_cong_load's let_go),
    * covered calm again ...
    */
-  rc_covered_note (&ra, RC_CONG_UNCOVERED_CALM, 21 * MS);
+  rc_covered_note (&ra, RC_CONG_UNCOVERED_CALM, 21 * MS, D);
   ck_assert (!ra.covered && ra.cov.let_go);
   ck_assert_uint_eq (ra.covered_since_ns, 1 * MS);
   ra.done_bytes = 11 << 20;
-  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 100 * MS);
+  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 100 * MS, D);
   ck_assert (ra.covered && !ra.queue_seen && ra.cov.let_go);
   ck_assert_uint_eq (ra.covered_since_ns, 1 * MS);
   /* ... or GO for less than RC_CONG_LATELY_HALF_NS (1M depth 4 behind
@@ -698,31 +700,31 @@ START_TEST (test_covered_rate)
    * progress fell under half the BDP, then covered again for 8 base
    * latencies).
    */
-  rc_covered_note (&ra, RC_CONG_GO, 200 * MS);
+  rc_covered_note (&ra, RC_CONG_GO, 200 * MS, D);
   ck_assert (!ra.covered && !ra.queue_seen && ra.cov.let_go);
   ck_assert_uint_eq (ra.covered_since_ns, 1 * MS);
   ck_assert_uint_eq (ra.cov.from_ns, 11 * MS);
-  rc_covered_note (&ra, RC_CONG_GO, 200 * MS + RC_CONG_LATELY_HALF_NS - 1);
+  rc_covered_note (&ra, RC_CONG_GO, 200 * MS + RC_CONG_LATELY_HALF_NS - 1, D);
   ck_assert (ra.cov.let_go);
-  rc_covered_note (&ra, RC_CONG_UNCOVERED_CALM, 1300 * MS);
+  rc_covered_note (&ra, RC_CONG_UNCOVERED_CALM, 1300 * MS, D);
   ck_assert (ra.cov.let_go && ra.cov.go_since_ns == 0);
   /* GO for RC_CONG_LATELY_HALF_NS: from afresh. */
-  rc_covered_note (&ra, RC_CONG_GO, 1400 * MS);
+  rc_covered_note (&ra, RC_CONG_GO, 1400 * MS, D);
   ck_assert (ra.cov.let_go);
-  rc_covered_note (&ra, RC_CONG_GO, 1400 * MS + RC_CONG_LATELY_HALF_NS);
+  rc_covered_note (&ra, RC_CONG_GO, 1400 * MS + RC_CONG_LATELY_HALF_NS, D);
   ck_assert (!ra.cov.let_go && ra.covered_since_ns == 0);
   ck_assert (ra.cov.from_ns == 0 && ra.cov.go_since_ns == 0);
   ck_assert (rc_covered_rate (&ra, 3000 * MS) == 0);
   /* Let go again, then the sync reads queue while it is covered: the
    * calm ended, covered from afresh.
    */
-  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 2500 * MS);
+  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 2500 * MS, D);
   ck_assert_uint_eq (ra.covered_since_ns, 2500 * MS);
   ra.done_bytes = 12 << 20;
-  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 2510 * MS);
-  rc_covered_note (&ra, RC_CONG_UNCOVERED_CALM, 2700 * MS);
+  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 2510 * MS, D);
+  rc_covered_note (&ra, RC_CONG_UNCOVERED_CALM, 2700 * MS, D);
   ck_assert (ra.cov.let_go);
-  rc_covered_note (&ra, RC_CONG_COVERED, 2800 * MS);
+  rc_covered_note (&ra, RC_CONG_COVERED, 2800 * MS, D);
   ck_assert (ra.covered && ra.queue_seen && !ra.cov.let_go);
   ck_assert_uint_eq (ra.covered_since_ns, 2800 * MS);
   ck_assert_uint_eq (ra.cov.mark_bytes, 12 << 20);
@@ -730,19 +732,64 @@ START_TEST (test_covered_rate)
   /* Not covered, never let go: from afresh. */
   ra_state_init (&ra);
   ra.done_bytes = 11 << 20;
-  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 200 * MS);
+  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 200 * MS, D);
   ra.done_bytes = 12 << 20;
-  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 210 * MS);
+  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 210 * MS, D);
   ck_assert (ra.cov.from_ns == 210 * MS);
-  rc_covered_note (&ra, RC_CONG_GO, 220 * MS);
+  rc_covered_note (&ra, RC_CONG_GO, 220 * MS, D);
   ck_assert (!ra.covered && ra.covered_since_ns == 0);
   ck_assert (rc_covered_rate (&ra, 300 * MS) == 0);
   ck_assert (ra.cov.from_ns == 0 && !ra.cov.let_go);
-  rc_covered_note (&ra, RC_CONG_COVERED, 300 * MS);
+  rc_covered_note (&ra, RC_CONG_COVERED, 300 * MS, D);
   ck_assert_uint_eq (ra.cov.mark_bytes, 12 << 20);
   /* No clock: never measured. */
-  rc_covered_note (&ra, RC_CONG_COVERED, 0);
+  rc_covered_note (&ra, RC_CONG_COVERED, 0, D);
   ck_assert (rc_covered_rate (&ra, 0) == 0);
+}
+END_TEST
+
+/* The measure spans the client's last one to two segments of eight
+ * depths (src/trigger.c, RATE_SEGMENT_DEPTHS), so a slow start ages
+ * out: qemu-img bench 1M at depth 2 behind 10 ms read its first pairs
+ * at 22 ms where the base latency was 11 ms, and was judged on that for
+ * 900 ms.
+ */
+START_TEST (test_covered_rate_segments)
+{
+  const uint64_t D = 2 << 20;
+  struct ra_state ra;
+
+  ra_state_init (&ra);
+  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 1 * MS, D);
+  ra.done_bytes = 2 << 20;
+  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 23 * MS, D);
+  ck_assert_uint_eq (ra.cov.from_ns, 23 * MS);
+  /* Slow: 2 MiB every 22 ms.  A segment is not over before 8 depths. */
+  ra.done_bytes = 16 << 20;
+  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 177 * MS, D);
+  ck_assert_uint_eq (ra.cov.from_ns, 23 * MS);
+  ck_assert (rc_covered_rate (&ra, 177 * MS) == (double) (14 << 20) / (154 * MS));
+  ra.done_bytes = 18 << 20;
+  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 199 * MS, D);
+  ck_assert_uint_eq (ra.cov.from_ns, 23 * MS);    /* the first segment */
+  ck_assert_uint_eq (ra.cov.seg_ns, 199 * MS);
+  /* Then 2 MiB every 11 ms: once the second segment is over, the
+   * measure starts where it began, 176 ms into the job.
+   */
+  ra.done_bytes = 32 << 20;
+  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 276 * MS, D);
+  ck_assert_uint_eq (ra.cov.from_ns, 23 * MS);
+  ra.done_bytes = 34 << 20;
+  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 287 * MS, D);
+  ck_assert_uint_eq (ra.cov.from_ns, 199 * MS);
+  ck_assert_uint_eq (ra.cov.seg_ns, 287 * MS);
+  ck_assert (rc_covered_rate (&ra, 287 * MS) == (double) (16 << 20) / (88 * MS));
+  /* Depth, not time, ends a segment: 2 MiB more over 8 depths of 8 MiB
+   * is no segment's end.
+   */
+  ra.done_bytes = 36 << 20;
+  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 400 * MS, 8 << 20);
+  ck_assert_uint_eq (ra.cov.from_ns, 199 * MS);
 }
 END_TEST
 
@@ -890,6 +937,7 @@ congestion_suite (void)
   tcase_add_test (tc, test_bdp_delivered);
   tcase_add_test (tc, test_covered_calm);
   tcase_add_test (tc, test_covered_rate);
+  tcase_add_test (tc, test_covered_rate_segments);
   tcase_add_test (tc, test_lately);
   tcase_add_test (tc, test_async_beside_sync);
   suite_add_tcase (s, tc);
