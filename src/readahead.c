@@ -177,6 +177,7 @@ ra_state_init (struct ra_state *ra)
   ra->covered_since_ns = 0;
   ra->done_bytes = 0;
   ra->cov = (struct ra_covered_rate) { 0 };
+  ra->let_go_once = false;
 }
 
 ra_pgoff

@@ -431,7 +431,12 @@ rc_covered_rate (const struct ra_state *ra, uint64_t now)
  * less than LET_GO_KEPT_NS, so that covered again it is let go again
  * at once, not covered for another 8 base latencies; it starts afresh
  * once the sync reads queue while it is covered (COVERED: the calm
- * ended), or after GO answers for LET_GO_KEPT_NS.
+ * ended), or after GO answers for LET_GO_KEPT_NS.  Once let go, a
+ * client is not held covered by a queue it saw (queue_seen), but only
+ * while the sync reads queue: its own windows made them queue for 40 ms
+ * after the let-go of 1M at depth 2 behind 10 ms, and held covered by
+ * that, it read at no filter's speed to the end of the job (in 3 of 8
+ * alternated runs; bench/RESULTS.md, "A queue after the let-go").
  */
 void
 rc_covered_note (struct ra_state *ra, enum rc_cong_answer a, uint64_t now,
@@ -440,7 +445,7 @@ rc_covered_note (struct ra_state *ra, enum rc_cong_answer a, uint64_t now,
   struct ra_covered_rate *c = &ra->cov;
 
   ra->covered = a == RC_CONG_COVERED || a == RC_CONG_COVERED_CALM;
-  ra->queue_seen = a == RC_CONG_COVERED;
+  ra->queue_seen = a == RC_CONG_COVERED && !ra->let_go_once;
   if (c->let_go && a != RC_CONG_COVERED) {
     if (a != RC_CONG_GO) {
       c->go_since_ns = 0;
@@ -474,7 +479,7 @@ rc_covered_note (struct ra_state *ra, enum rc_cong_answer a, uint64_t now,
     c->seg_bytes = ra->done_bytes;
   }
   if (a == RC_CONG_UNCOVERED_CALM)
-    c->let_go = true;
+    c->let_go = ra->let_go_once = true;
 }
 
 /* ---- read around ------------------------------------------------------ */

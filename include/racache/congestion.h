@@ -101,7 +101,12 @@
  *    and starts afresh once the sync reads queue while it is covered
  *    (COVERED: the calm ended) or after GO answers for that long; and
  *    the rate's verdict at the let-go stands, whatever base latency is
- *    measured since.  Without them, in 5 runs of 17, qemu-img bench 1M
+ *    measured since.  A client once let go is not held covered by a
+ *    queue it saw (queue_seen stays false: struct ra_state's
+ *    let_go_once), only covered while the sync reads queue: the
+ *    let-go's own windows can make them queue for a moment (1M at depth
+ *    2 behind 10 ms: for 40 ms), and held, it was covered to the end of
+ *    the job in 3 of 8 alternated runs.  Without them, in 5 runs of 17, qemu-img bench 1M
  *    at depth 2 behind 20 ms at 1 Gbit/s failed the rate test against
  *    the lower base latency measured after its let-go (0.60 of its
  *    depth in 20.5 ms, 0.77 in the 25.8 ms before) and was covered for
@@ -254,7 +259,8 @@ struct rc_cong_load {
                                  * BDP) */
   bool queue_seen;              /* WINDOW: ... and the clients' sync
                                  * reads have queued while it was (the
-                                 * caller keeps it: RC_CONG_COVERED) */
+                                 * caller keeps it: RC_CONG_COVERED;
+                                 * not for a client once let go) */
   uint64_t covered_since_ns;    /* WINDOW: since when it has been covered
                                  * or let go calm (0: neither, or no
                                  * clock; a let-go client's stands while

@@ -149,11 +149,15 @@ struct ra_state {
   bool covered;         /* its last trigger found the client's own reads
                          * covering the backend (src/trigger.c) */
   bool queue_seen;      /* ... and the clients' sync reads had queued
-                         * while it was covered (RC_CONG_COVERED) */
+                         * while it was covered (RC_CONG_COVERED; never
+                         * once it was let go: let_go_once) */
   uint64_t covered_since_ns; /* ... since when, or since when it was
                          * covered before being let go calm (0: neither) */
   uint64_t done_bytes;  /* the client's bytes read so far (src/cache.c) */
   struct ra_covered_rate cov; /* src/trigger.c, rc_covered_rate */
+  bool let_go_once;     /* let go calm at least once: the sync reads
+                         * queueing cover it again only while they queue
+                         * (src/trigger.c, rc_covered_note) */
   unsigned first_windows; /* windows made before its first read completed,
                          * up to 2 (src/trigger.c, first_burst) */
 };

@@ -716,7 +716,10 @@ START_TEST (test_covered_rate)
   ck_assert (ra.cov.from_ns == 0 && ra.cov.go_since_ns == 0);
   ck_assert (rc_covered_rate (&ra, 3000 * MS) == 0);
   /* Let go again, then the sync reads queue while it is covered: the
-   * calm ended, covered from afresh.
+   * calm ended, covered from afresh, but held covered by the queue only
+   * while it lasts (let_go_once: the let-go's own windows made the sync
+   * reads of 1M at depth 2 behind 10 ms queue for 40 ms, and COVERED
+   * held it covered to the end of the job).
    */
   rc_covered_note (&ra, RC_CONG_COVERED_CALM, 2500 * MS, D);
   ck_assert_uint_eq (ra.covered_since_ns, 2500 * MS);
@@ -725,12 +728,19 @@ START_TEST (test_covered_rate)
   rc_covered_note (&ra, RC_CONG_UNCOVERED_CALM, 2700 * MS, D);
   ck_assert (ra.cov.let_go);
   rc_covered_note (&ra, RC_CONG_COVERED, 2800 * MS, D);
-  ck_assert (ra.covered && ra.queue_seen && !ra.cov.let_go);
+  ck_assert (ra.covered && !ra.queue_seen && !ra.cov.let_go);
+  ck_assert (ra.let_go_once);
   ck_assert_uint_eq (ra.covered_since_ns, 2800 * MS);
   ck_assert_uint_eq (ra.cov.mark_bytes, 12 << 20);
   ck_assert (ra.cov.from_ns == 0);
-  /* Not covered, never let go: from afresh. */
+  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 2810 * MS, D);
+  ck_assert (ra.covered && !ra.queue_seen);
+  ck_assert_uint_eq (ra.covered_since_ns, 2800 * MS);
+  /* Not covered, never let go: from afresh, and a queue seen while
+   * covered holds it (queue_seen).
+   */
   ra_state_init (&ra);
+  ck_assert (!ra.let_go_once);
   ra.done_bytes = 11 << 20;
   rc_covered_note (&ra, RC_CONG_COVERED_CALM, 200 * MS, D);
   ra.done_bytes = 12 << 20;
@@ -742,6 +752,7 @@ START_TEST (test_covered_rate)
   ck_assert (ra.cov.from_ns == 0 && !ra.cov.let_go);
   rc_covered_note (&ra, RC_CONG_COVERED, 300 * MS, D);
   ck_assert_uint_eq (ra.cov.mark_bytes, 12 << 20);
+  ck_assert (ra.covered && ra.queue_seen);
   /* No clock: never measured. */
   rc_covered_note (&ra, RC_CONG_COVERED, 0, D);
   ck_assert (rc_covered_rate (&ra, 0) == 0);
