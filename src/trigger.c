@@ -432,8 +432,9 @@ rc_covered_rate (const struct ra_state *ra, uint64_t now)
  * at once, not covered for another 8 base latencies; it starts afresh
  * once the sync reads queue while it is covered (COVERED: the calm
  * ended), or after GO answers for LET_GO_KEPT_NS.  Once let go, a
- * client is not held covered by a queue it saw (queue_seen), but only
- * while the sync reads queue: its own windows made them queue for 40 ms
+ * client is not held covered by a queue it saw (queue_seen): once the
+ * sync reads are calm again it is judged as any calm covered client (8
+ * base latencies, the rate measured afresh).  Its own windows made them queue for 40 ms
  * after the let-go of 1M at depth 2 behind 10 ms, and held covered by
  * that, it read at no filter's speed to the end of the job (in 3 of 8
  * alternated runs; bench/RESULTS.md, "A queue after the let-go").

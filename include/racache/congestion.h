@@ -101,18 +101,20 @@
  *    and starts afresh once the sync reads queue while it is covered
  *    (COVERED: the calm ended) or after GO answers for that long; and
  *    the rate's verdict at the let-go stands, whatever base latency is
- *    measured since.  A client once let go is not held covered by a
- *    queue it saw (queue_seen stays false: struct ra_state's
- *    let_go_once), only covered while the sync reads queue: the
- *    let-go's own windows can make them queue for a moment (1M at depth
- *    2 behind 10 ms: for 40 ms), and held, it was covered to the end of
- *    the job in 3 of 8 alternated runs.  Without them, in 5 runs of 17, qemu-img bench 1M
+ *    measured since.  Without them, in 5 runs of 17, qemu-img bench 1M
  *    at depth 2 behind 20 ms at 1 Gbit/s failed the rate test against
  *    the lower base latency measured after its let-go (0.60 of its
  *    depth in 20.5 ms, 0.77 in the 25.8 ms before) and was covered for
  *    the rest of the job, at no filter's speed; at depth 4 behind 50 ms
  *    a GO answer (its reads in progress under half the BDP) cleared
- *    the record, and it was covered again for 8 base latencies.
+ *    the record, and it was covered again for 8 base latencies.  And a
+ *    client once let go is not held covered by a queue it saw
+ *    (queue_seen stays false: struct ra_state's let_go_once): covered
+ *    again while the sync reads queue, once they are calm it is judged
+ *    as any calm covered client (8 base latencies, the rate measured
+ *    afresh).  The let-go's own windows can make them queue for a
+ *    moment (1M at depth 2 behind 10 ms: for 40 ms), and held, it was
+ *    covered to the end of the job in 3 of 8 alternated runs.
  *    Why: a client covered before anything read ahead keeps only its
  *    own reads in flight, so the BDP measured is its own depth, which it
  *    then covers for good (4 reads of 256 KiB behind 20 ms at 1 Gbit/s,

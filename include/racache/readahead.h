@@ -155,9 +155,10 @@ struct ra_state {
                          * covered before being let go calm (0: neither) */
   uint64_t done_bytes;  /* the client's bytes read so far (src/cache.c) */
   struct ra_covered_rate cov; /* src/trigger.c, rc_covered_rate */
-  bool let_go_once;     /* let go calm at least once: the sync reads
-                         * queueing cover it again only while they queue
-                         * (src/trigger.c, rc_covered_note) */
+  bool let_go_once;     /* let go calm at least once: a queue of the
+                         * sync reads covers it again, but does not hold
+                         * it covered once they are calm (src/trigger.c,
+                         * rc_covered_note) */
   unsigned first_windows; /* windows made before its first read completed,
                          * up to 2 (src/trigger.c, first_burst) */
 };

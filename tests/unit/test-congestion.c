@@ -733,7 +733,7 @@ START_TEST (test_covered_rate)
   ck_assert_uint_eq (ra.covered_since_ns, 2800 * MS);
   ck_assert_uint_eq (ra.cov.mark_bytes, 12 << 20);
   ck_assert (ra.cov.from_ns == 0);
-  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 2810 * MS, D);
+  rc_covered_note (&ra, RC_CONG_COVERED, 2810 * MS, D);
   ck_assert (ra.covered && !ra.queue_seen);
   ck_assert_uint_eq (ra.covered_since_ns, 2800 * MS);
   /* Not covered, never let go: from afresh, and a queue seen while
@@ -785,7 +785,7 @@ START_TEST (test_covered_rate_segments)
   ck_assert_uint_eq (ra.cov.from_ns, 23 * MS);    /* the first segment */
   ck_assert_uint_eq (ra.cov.seg_ns, 199 * MS);
   /* Then 2 MiB every 11 ms: once the second segment is over, the
-   * measure starts where it began, 176 ms into the job.
+   * measure starts where it began, at 199 ms.
    */
   ra.done_bytes = 32 << 20;
   rc_covered_note (&ra, RC_CONG_COVERED_CALM, 276 * MS, D);
@@ -795,12 +795,13 @@ START_TEST (test_covered_rate_segments)
   ck_assert_uint_eq (ra.cov.from_ns, 199 * MS);
   ck_assert_uint_eq (ra.cov.seg_ns, 287 * MS);
   ck_assert (rc_covered_rate (&ra, 287 * MS) == (double) (16 << 20) / (88 * MS));
-  /* Depth, not time, ends a segment: 2 MiB more over 8 depths of 8 MiB
-   * is no segment's end.
+  /* Depth, not time, ends a segment: 16 MiB more, 8 depths of 2 MiB,
+   * is no segment's end for a client 8 MiB deep.
    */
-  ra.done_bytes = 36 << 20;
+  ra.done_bytes = 50 << 20;
   rc_covered_note (&ra, RC_CONG_COVERED_CALM, 400 * MS, 8 << 20);
   ck_assert_uint_eq (ra.cov.from_ns, 199 * MS);
+  ck_assert_uint_eq (ra.cov.seg_ns, 287 * MS);
 }
 END_TEST
 
