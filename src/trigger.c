@@ -434,10 +434,11 @@ rc_covered_rate (const struct ra_state *ra, uint64_t now)
  * ended), or after GO answers for LET_GO_KEPT_NS.  Once let go, a
  * client is not held covered by a queue it saw (queue_seen): once the
  * sync reads are calm again it is judged as any calm covered client (8
- * base latencies, the rate measured afresh).  Its own windows made them queue for 40 ms
- * after the let-go of 1M at depth 2 behind 10 ms, and held covered by
- * that, it read at no filter's speed to the end of the job (in 3 of 8
- * alternated runs; bench/RESULTS.md, "A queue after the let-go").
+ * base latencies, the rate measured afresh).  Its own windows made them
+ * queue for 40 ms after the let-go of 1M at depth 2 behind 10 ms, and
+ * held covered by that, it read at no filter's speed to the end of the
+ * job (in 3 of 8 alternated runs; bench/RESULTS.md, "A queue after the
+ * let-go").
  */
 void
 rc_covered_note (struct ra_state *ra, enum rc_cong_answer a, uint64_t now,

@@ -91,11 +91,10 @@
  *    less than three quarters of client_bytes in a base latency while
  *    covered (covered_rate, when measured: over the client's last eight
  *    to sixteen depths, so that a slow start ages out): then
- *    UNCOVERED_CALM, which
- *    reads ahead as GO and goes on doing so while the calm lasts (the
- *    caller keeps covered_since_ns, and the rate measured up to the
- *    let-go; a client let go for one window only, then covered again,
- *    was trapped in 1 run of 12).  So once the client was let go
+ *    UNCOVERED_CALM, which reads ahead as GO and goes on doing so while
+ *    the calm lasts (the caller keeps covered_since_ns, and the rate's
+ *    verdict at the let-go; a client let go for one window only, then
+ *    covered again, was trapped in 1 run of 12).  So once the client was let go
  *    (let_go), the caller keeps them through answers that cover it
  *    calm and through GO answers for less than RC_CONG_LATELY_HALF_NS,
  *    and starts afresh once the sync reads queue while it is covered

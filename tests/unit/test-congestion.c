@@ -759,6 +759,14 @@ START_TEST (test_covered_rate)
 }
 END_TEST
 
+/* The covered, calm client has read bytes by ms. */
+static void
+read_by (struct ra_state *ra, uint64_t bytes, uint64_t ms, uint64_t depth)
+{
+  ra->done_bytes = bytes;
+  rc_covered_note (ra, RC_CONG_COVERED_CALM, ms * MS, depth);
+}
+
 /* The measure spans the client's last one to two segments of eight
  * depths (src/trigger.c, RATE_SEGMENT_DEPTHS), so a slow start ages
  * out: qemu-img bench 1M at depth 2 behind 10 ms read its first pairs
@@ -772,34 +780,28 @@ START_TEST (test_covered_rate_segments)
 
   ra_state_init (&ra);
   rc_covered_note (&ra, RC_CONG_COVERED_CALM, 1 * MS, D);
-  ra.done_bytes = 2 << 20;
-  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 23 * MS, D);
+  read_by (&ra, 2 << 20, 23, D);
   ck_assert_uint_eq (ra.cov.from_ns, 23 * MS);
   /* Slow: 2 MiB every 22 ms.  A segment is not over before 8 depths. */
-  ra.done_bytes = 16 << 20;
-  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 177 * MS, D);
+  read_by (&ra, 16 << 20, 177, D);
   ck_assert_uint_eq (ra.cov.from_ns, 23 * MS);
   ck_assert (rc_covered_rate (&ra, 177 * MS) == (double) (14 << 20) / (154 * MS));
-  ra.done_bytes = 18 << 20;
-  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 199 * MS, D);
+  read_by (&ra, 18 << 20, 199, D);
   ck_assert_uint_eq (ra.cov.from_ns, 23 * MS);    /* the first segment */
   ck_assert_uint_eq (ra.cov.seg_ns, 199 * MS);
   /* Then 2 MiB every 11 ms: once the second segment is over, the
    * measure starts where it began, at 199 ms.
    */
-  ra.done_bytes = 32 << 20;
-  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 276 * MS, D);
+  read_by (&ra, 32 << 20, 276, D);
   ck_assert_uint_eq (ra.cov.from_ns, 23 * MS);
-  ra.done_bytes = 34 << 20;
-  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 287 * MS, D);
+  read_by (&ra, 34 << 20, 287, D);
   ck_assert_uint_eq (ra.cov.from_ns, 199 * MS);
   ck_assert_uint_eq (ra.cov.seg_ns, 287 * MS);
   ck_assert (rc_covered_rate (&ra, 287 * MS) == (double) (16 << 20) / (88 * MS));
   /* Depth, not time, ends a segment: 16 MiB more, 8 depths of 2 MiB,
    * is no segment's end for a client 8 MiB deep.
    */
-  ra.done_bytes = 50 << 20;
-  rc_covered_note (&ra, RC_CONG_COVERED_CALM, 400 * MS, 8 << 20);
+  read_by (&ra, 50 << 20, 400, 8 << 20);
   ck_assert_uint_eq (ra.cov.from_ns, 199 * MS);
   ck_assert_uint_eq (ra.cov.seg_ns, 287 * MS);
 }
